@@ -57,6 +57,9 @@ def clean_histories(histories, name: str = "histories") -> list[np.ndarray]:
     if isinstance(histories, np.ndarray) and histories.ndim == 1:
         histories = [histories]
     elif isinstance(histories, np.ndarray) and histories.ndim == 2:
+        x = histories.astype(np.float64, copy=False)
+        if x.shape[0] and x.shape[1] and np.all(np.isfinite(x)) and np.all(x > 0):
+            return list(x)  # fast path for the common, clean, one-row-per-worker case
         histories = list(histories)
     elif len(histories) and np.ndim(histories[0]) == 0:
         histories = [histories]

@@ -6,7 +6,7 @@ Example:
 >>> from predictor.metrics import mape, rmse
 >>> round(mape(np.array([[2.0]]), np.array([[1.6]])), 6)   # |1.6 - 2| / 2, in percent
 20.0
->>> rmse(np.array([[1.0, 2.0]]), np.array([[1.0, 4.0]])).round(4)
+>>> round(rmse(np.array([[1.0, 2.0]]), np.array([[1.0, 4.0]])), 4)
 1.4142
 """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["recent_matrix", "edge_fill", "forecast_origins", "exp_smooth"]
+__all__ = ["recent_matrix", "edge_fill", "forecast_origins", "exp_smooth", "smoothing_weights"]
 
 
 def recent_matrix(histories, length: int) -> np.ndarray:
@@ -34,21 +34,26 @@ def edge_fill(recent: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(recent), firsts[:, None], recent)
 
 
-def exp_smooth(recent: np.ndarray, alpha: float, return_path: bool = False):
-    """Exponential-smoothing level of each NaN-left-padded row.
+def smoothing_weights(length: int, alpha: float, last: int = 1) -> np.ndarray:
+    """Matrix ``M`` of shape ``[length, last]``: ``edge_fill(recent) @ M`` is the
+    exponential-smoothing level after each of the last ``last`` columns.
 
-    The level starts at the first observed value and ignores the padding.
-    With ``return_path`` the level after every column is returned too.
+    The level starts at the first column; on edge-filled rows that equals starting
+    at the first observed value, because repeating it leaves the level unchanged.
+    One matrix product replaces a Python loop over time, which keeps forecasting
+    64 workers well under a millisecond.
     """
-    level = np.full(recent.shape[0], np.nan)
-    path = np.empty_like(recent) if return_path else None
-    for j in range(recent.shape[1]):
-        x = recent[:, j]
-        stepped = level + alpha * (x - level)
-        level = np.where(np.isnan(level), x, np.where(np.isnan(x), level, stepped))
-        if return_path:
-            path[:, j] = level
-    return (level, path) if return_path else level
+    j = np.arange(length)[:, None]
+    end = np.arange(length - last, length)[None, :]
+    age = end - j
+    w = np.where(age >= 0, alpha * (1.0 - alpha) ** np.maximum(age, 0), 0.0)
+    w[0] = (1.0 - alpha) ** end[0]  # the initial level carries the remaining weight
+    return w
+
+
+def exp_smooth(recent: np.ndarray, alpha: float) -> np.ndarray:
+    """Exponential-smoothing level of each NaN-left-padded row (ignoring the padding)."""
+    return edge_fill(recent) @ smoothing_weights(recent.shape[1], alpha)[:, 0]
 
 
 def forecast_origins(series, min_history: int, horizon: int, stride: int = 1,
