@@ -34,12 +34,14 @@ def plot_forecasts(path, series, values, ids, truth, forecasts: dict, step: int 
     fig, axes = plt.subplots(len(chosen), 1, figsize=(11, 3.2 * len(chosen)), squeeze=False)
     for ax, s_idx in zip(axes[:, 0], chosen):
         rows = np.flatnonzero(ids[:, 0] == s_idx)
-        # Zoom on the most volatile stretch so the plot shows slow episodes, not a flat line.
+        # Zoom on the stretch whose speed varies most (slow episodes), not a flat one.
         t = ids[rows, 1] + step - 1
         if len(rows) > max_points:
-            vol = np.convolve(np.abs(np.diff(np.log(truth[rows, step - 1]), prepend=0)),
-                              np.ones(max_points), "valid")
-            start = int(np.argmax(vol))
+            y = np.log(truth[rows, step - 1])
+            c1, c2 = np.cumsum(np.r_[0, y]), np.cumsum(np.r_[0, y * y])
+            m = (c1[max_points:] - c1[:-max_points]) / max_points
+            var = (c2[max_points:] - c2[:-max_points]) / max_points - m * m
+            start = int(np.argmax(var))
             rows, t = rows[start:start + max_points], t[start:start + max_points]
         ax.plot(t, truth[rows, step - 1], color="black", lw=1.6, label="truth")
         for name, pred in forecasts.items():
