@@ -1,0 +1,96 @@
+"""Built-in training workloads: data that ships with scikit-learn and small tf_keras models.
+
+Nothing is downloaded, so the demo and the tests run on a machine without network.
+
+Example:
+
+```python
+data = digits()
+with strategy.scope():
+    model = mlp(data.num_features, data.num_classes)
+model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(batch_size=32)),
+          epochs=2, steps_per_epoch=100)
+```
+"""
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Dataset:
+    """Train/test arrays and a per-worker input pipeline over the training part."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    @property
+    def num_features(self) -> int:
+        return self.x_train.shape[1]
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.y_train.max()) + 1
+
+    def dataset_fn(self, batch_size: int, num_shards: int | None = None,
+                   shuffle_seed: int | None = 0, repeat: bool = True):
+        """A ``dataset_fn`` giving each worker its own shard (by worker index), batched.
+
+        With ``num_shards`` None every worker reads the whole training set (in its own
+        shuffled order); otherwise worker ``i`` reads rows ``i::num_shards``.
+        """
+        x, y = self.x_train, self.y_train
+
+        def dataset_fn(_input_context=None):
+            import tensorflow as tf
+            ds = tf.data.Dataset.from_tensor_slices((x, y))
+            if num_shards:
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                ds = ds.shard(num_shards, worker)
+            if shuffle_seed is not None:
+                ds = ds.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
+            if repeat:
+                ds = ds.repeat()
+            return ds.batch(batch_size, drop_remainder=True)
+
+        return dataset_fn
+
+    def test_dataset(self):
+        """The test set as one repeated batch: ``evaluate(..., steps=1)`` and
+        ``predict(..., steps=1)`` under a parameter-server strategy see each row once."""
+        import tensorflow as tf
+        return tf.data.Dataset.from_tensor_slices((self.x_test, self.y_test)).batch(
+            len(self.x_test)).repeat()
+
+
+def digits(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
+    """scikit-learn's 8x8 digits (1797 images, 10 classes), scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype("float32")
+    y = y.astype("int64")
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction,
+                                              random_state=seed, stratify=y)
+    return Dataset(x_tr, y_tr, x_te, y_te)
+
+
+def mlp(num_features: int, num_classes: int, hidden=(32,), seed: int = 0):
+    """A small tf_keras MLP classifier producing logits."""
+    import tf_keras as keras
+    keras.utils.set_random_seed(seed)
+    layers = [keras.layers.Input((num_features,))]
+    layers += [keras.layers.Dense(h, activation="relu") for h in hidden]
+    layers.append(keras.layers.Dense(num_classes))
+    return keras.Sequential(layers)
+
+
+def compile_classifier(model, optimizer):
+    import tf_keras as keras
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model

@@ -1,0 +1,15 @@
+"""ksync: the adaptive k-sync / async update rule of the parameter servers.
+
+Pure Python: policies (`BSP`, `ASP`, `SSP`, `KSync`, `KAsync`, `BackupWorkers`,
+`Adaptive`) choose a `Rule`; `UpdateState` is the reference of what the PS does with it.
+The TensorFlow state that executes a rule on the PS lives in `ksync.tf_state` and is
+imported only by the strategy.
+"""
+
+from ksync.policies import (ASP, BSP, SSP, Adaptive, BackupWorkers, KAsync, KSync,
+                            Observation, Policy, get)
+from ksync.rule import Rule
+from ksync.state import PushResult, UpdateState
+
+__all__ = ["ASP", "BSP", "SSP", "Adaptive", "BackupWorkers", "KAsync", "KSync",
+           "Observation", "Policy", "PushResult", "Rule", "UpdateState", "get"]

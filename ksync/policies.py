@@ -1,0 +1,271 @@
+"""Synchronisation policies: which `Rule` the parameter servers apply, and when it changes.
+
+Every policy answers `rule(num_workers)` (the rule to start with, validated against the
+cluster) and `observe(observation)` (a new rule, or None to keep the current one), and
+keeps a `history` of what it chose and why. Static policies never change their rule.
+
+Example:
+
+>>> import ksync
+>>> ksync.KSync(k=2).rule(num_workers=4).describe()
+'K=2 sync, drop beyond staleness 0'
+>>> ksync.get("bsp").rule(num_workers=4).k
+4
+"""
+
+import dataclasses
+import math
+
+from ksync.rule import Rule
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What the strategy measured over the last window, given to `Policy.observe`.
+
+    Args:
+      version: the PS version now.
+      iteration_times: recent mean iteration time (s) of each worker; None for a worker
+        with no step in the window.
+      live_workers: indices of workers the coordinator considers alive.
+      staleness_p95: 95th percentile of staleness in the window (None if no pushes).
+    """
+
+    version: int
+    iteration_times: tuple
+    live_workers: tuple
+    staleness_p95: float | None = None
+
+
+class Policy:
+    """Base class. Subclasses set `name` and implement `_rule`."""
+
+    name = "policy"
+    #: updates between two calls of `observe` (0: never observed).
+    refresh_every = 0
+
+    def __init__(self):
+        self.history = []  # (version, Rule, reason)
+
+    def rule(self, num_workers: int) -> Rule:
+        """The rule to start with on a cluster of `num_workers`; raises ValueError if unfit."""
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}.")
+        rule = self._rule(num_workers)
+        if rule.k > num_workers:
+            raise ValueError(
+                f"{self!r} needs K={rule.k} gradients per update but the cluster has only "
+                f"{num_workers} worker(s); use K <= {num_workers} or add workers.")
+        self._record(0, rule, "initial rule")
+        return rule
+
+    def _rule(self, num_workers: int) -> Rule:
+        raise NotImplementedError
+
+    def observe(self, observation: Observation) -> Rule | None:
+        """A new rule given what was measured, or None to keep the current one."""
+        return None
+
+    def _record(self, version, rule, reason):
+        if not self.history or self.history[-1][1] != rule:
+            self.history.append((version, rule, reason))
+
+    def explain(self) -> str:
+        """Why the current rule was chosen, in one line."""
+        if not self.history:
+            return f"{self!r}: no rule chosen yet"
+        version, rule, reason = self.history[-1]
+        return f"{rule.describe()} since version {version}: {reason}"
+
+    def get_config(self) -> dict:
+        return {}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _check_int(name, value, minimum):
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+class BSP(Policy):
+    """Bulk-synchronous: every worker contributes one gradient per update and waits."""
+
+    name = "bsp"
+
+    def _rule(self, num_workers):
+        return Rule(k=num_workers, wait=True, max_staleness=0)
+
+
+class ASP(Policy):
+    """Asynchronous: every gradient is applied on arrival, whatever its staleness."""
+
+    name = "asp"
+
+    def _rule(self, num_workers):
+        return Rule(k=1, wait=False)
+
+
+class SSP(Policy):
+    """Asynchronous with bounded staleness: gradients staler than the bound are dropped
+    (or down-weighted by 1 / (1 + staleness) with ``stale_action="downweight"``)."""
+
+    name = "ssp"
+
+    def __init__(self, max_staleness: int = 4, stale_action: str = "drop"):
+        super().__init__()
+        if not isinstance(max_staleness, int) or max_staleness < 0:
+            raise ValueError(f"SSP staleness bound must be an integer >= 0, got "
+                             f"{max_staleness!r}; use ASP() for no bound.")
+        self.max_staleness = max_staleness
+        self.stale_action = stale_action
+        Rule(k=1, wait=False, max_staleness=max_staleness, stale_action=stale_action)
+
+    def _rule(self, num_workers):
+        return Rule(k=1, wait=False, max_staleness=self.max_staleness,
+                    stale_action=self.stale_action)
+
+    def get_config(self):
+        return {"max_staleness": self.max_staleness, "stale_action": self.stale_action}
+
+
+class KSync(Policy):
+    """K-sync SGD: an update after the first K gradients of a round; workers wait for
+    the new version, and gradients of the old round that arrive late are dropped."""
+
+    name = "ksync"
+
+    def __init__(self, k: int):
+        super().__init__()
+        _check_int("K", k, 1)
+        self.k = k
+
+    def _rule(self, num_workers):
+        return Rule(k=self.k, wait=True, max_staleness=0)
+
+    def get_config(self):
+        return {"k": self.k}
+
+
+class KAsync(Policy):
+    """K-async SGD: an update after any K gradients; workers never wait (K=1 is ASP)."""
+
+    name = "kasync"
+
+    def __init__(self, k: int, max_staleness: int | None = None):
+        super().__init__()
+        _check_int("K", k, 1)
+        self.k = k
+        self.max_staleness = max_staleness
+        Rule(k=k, wait=False, max_staleness=max_staleness)
+
+    def _rule(self, num_workers):
+        return Rule(k=self.k, wait=False, max_staleness=self.max_staleness)
+
+    def get_config(self):
+        return {"k": self.k, "max_staleness": self.max_staleness}
+
+
+class BackupWorkers(Policy):
+    """Synchronous with ``backups`` backup workers: each update takes the first N - b of
+    N gradients of a round and drops the rest (Chen et al., 2016)."""
+
+    name = "backup"
+
+    def __init__(self, backups: int = 1):
+        super().__init__()
+        _check_int("backups", backups, 0)
+        self.backups = backups
+
+    def _rule(self, num_workers):
+        if self.backups >= num_workers:
+            raise ValueError(f"BackupWorkers(backups={self.backups}) leaves no gradient per "
+                             f"update on {num_workers} worker(s); use backups < {num_workers}.")
+        return Rule(k=num_workers - self.backups, wait=True, max_staleness=0)
+
+    def get_config(self):
+        return {"backups": self.backups}
+
+
+class Adaptive(Policy):
+    """Choose K and sync/async from measured iteration times, every ``refresh_every`` updates.
+
+    K is the number of live workers whose recent iteration time is within ``tolerance``
+    times the fastest worker's. When that is every live worker the cluster is treated as
+    homogeneous and runs BSP. Otherwise it runs K-async, so the slower workers keep
+    contributing, with staleness bounded at ``staleness_slack`` times the staleness the
+    slowest worker is expected to have at the measured speeds (gradients beyond it, e.g.
+    from a worker that was paused, are dropped).
+
+    Args:
+      tolerance: how much slower than the fastest a worker may be and still be waited for.
+      refresh_every: updates between two re-evaluations (R).
+      staleness_slack: factor on the expected staleness of the slowest worker.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, tolerance: float = 1.3, refresh_every: int = 20,
+                 staleness_slack: float = 2.0):
+        super().__init__()
+        if not (isinstance(tolerance, (int, float)) and tolerance >= 1.0):
+            raise ValueError(f"tolerance must be a number >= 1.0, got {tolerance!r}.")
+        _check_int("refresh_every", refresh_every, 1)
+        if not (isinstance(staleness_slack, (int, float)) and staleness_slack >= 1.0):
+            raise ValueError(f"staleness_slack must be >= 1.0, got {staleness_slack!r}.")
+        self.tolerance = float(tolerance)
+        self.refresh_every = refresh_every
+        self.staleness_slack = float(staleness_slack)
+        self._num_workers = None
+
+    def _rule(self, num_workers):
+        self._num_workers = num_workers
+        return Rule(k=num_workers, wait=True, max_staleness=0)
+
+    def observe(self, observation):
+        live = [w for w in observation.live_workers
+                if observation.iteration_times[w] is not None
+                and math.isfinite(observation.iteration_times[w])
+                and observation.iteration_times[w] > 0]
+        if not live:
+            return None
+        times = sorted(observation.iteration_times[w] for w in live)
+        fastest = times[0]
+        k = sum(1 for t in times if t <= self.tolerance * fastest)
+        if k == len(observation.live_workers):
+            rule = Rule(k=k, wait=True, max_staleness=0)
+            reason = (f"all {k} live workers within {self.tolerance:g}x of the fastest "
+                      f"({fastest * 1e3:.1f} ms): BSP")
+        else:
+            # k-async applies an update every k arrivals; at these speeds a worker with
+            # time t sees about t * sum(1/t_j) / k updates while it computes.
+            rate = sum(1.0 / t for t in times) / k
+            expected = times[-1] * rate
+            bound = max(1, math.ceil(self.staleness_slack * expected))
+            rule = Rule(k=k, wait=False, max_staleness=bound)
+            reason = (f"{len(times) - k} of {len(times)} measured workers slower than "
+                      f"{self.tolerance:g}x the fastest ({fastest * 1e3:.1f} ms, slowest "
+                      f"{times[-1] * 1e3:.1f} ms): K-async, staleness bound {bound}")
+        if self.history and self.history[-1][1] == rule:
+            return None
+        self._record(observation.version, rule, reason)
+        return rule
+
+    def get_config(self):
+        return {"tolerance": self.tolerance, "refresh_every": self.refresh_every,
+                "staleness_slack": self.staleness_slack}
+
+
+_BY_NAME = {cls.name: cls for cls in (BSP, ASP, SSP, KSync, KAsync, BackupWorkers, Adaptive)}
+
+
+def get(name: str, **kwargs) -> Policy:
+    """A policy by name, e.g. ``get("ksync", k=2)``."""
+    if isinstance(name, Policy):
+        return name
+    key = str(name).lower().replace("-", "").replace("_", "")
+    if key not in _BY_NAME:
+        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(_BY_NAME)}.")
+    return _BY_NAME[key](**kwargs)

@@ -1,0 +1,52 @@
+"""Keras callback that puts `KSyncStrategy.telemetry()` into the training logs."""
+
+import tf_keras as keras
+import tensorflow as tf
+
+
+class KSyncTelemetryCallback(keras.callbacks.Callback):
+    """Add k-sync counters to each epoch's logs (so to `History`) and, given a log dir,
+    write them with per-worker speed and staleness as TensorBoard scalars.
+
+    Example:
+
+    ```python
+    history = model.fit(ds, epochs=3, steps_per_epoch=50,
+                        callbacks=[KSyncTelemetryCallback(strategy, log_dir="logs")])
+    history.history["ksync_version"]
+    ```
+    """
+
+    def __init__(self, strategy, log_dir=None):
+        super().__init__()
+        self.strategy = strategy
+        self.log_dir = log_dir
+        self._writer = None
+        self.last = None
+
+    def on_train_begin(self, logs=None):
+        if self.log_dir:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_epoch_end(self, epoch, logs=None):
+        t = self.strategy.telemetry()
+        self.last = t
+        scalars = {f"ksync_{k}": t[k] for k in
+                   ("version", "pushed", "applied", "dropped", "pending", "k")}
+        scalars["ksync_staleness_p95"] = t["staleness_p95"] or 0
+        for w, stats in enumerate(t["workers"]):
+            for key in ("samples_per_s", "iteration_time", "last_batch_size"):
+                if stats[key] is not None:
+                    scalars[f"ksync_worker{w}_{key}"] = stats[key]
+        if logs is not None:
+            logs.update(scalars)
+        if self._writer is not None:
+            with self._writer.as_default(step=epoch):
+                for name, value in scalars.items():
+                    tf.summary.scalar(name, value)
+            self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

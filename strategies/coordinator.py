@@ -1,0 +1,100 @@
+"""The coordinator side of k-sync: hold a worker until the round it joined has committed.
+
+`KSyncCoordinator` is the `ClusterCoordinator` of a `KSyncStrategy` (the stock class
+returns it for that strategy, so `model.fit` and user loops share it). It wraps the
+closure queue its worker threads take closures from: under a rule with ``wait``, a
+worker whose gradient joined the current round does not take another closure until the
+PS version moves on. The wait is a Python condition in the coordinator, so it costs no
+CPU on the workers and never blocks inside a TensorFlow function, where a failed
+worker could leave a scheduled function hanging.
+"""
+
+import logging
+import threading
+
+from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+#: seconds between re-checks while waiting, in case a notification is missed.
+_RECHECK_S = 0.5
+
+
+class _GatedClosureQueue:
+    """Delegates to TensorFlow's closure queue; `get` first waits at the k-sync gate."""
+
+    def __init__(self, queue, strategy):
+        self._queue = queue
+        self._strategy = strategy
+        self._changed = threading.Condition()
+        self._generation = 0  # steps finished; a change means the gate may have opened
+        self._since_refresh = 0
+
+    def __getattr__(self, name):
+        return getattr(self._queue, name)
+
+    def _step_finished(self):
+        strategy = self._strategy
+        with self._changed:
+            self._since_refresh += 1
+            every = strategy.policy.refresh_every
+            due = bool(every) and self._since_refresh >= every
+            if due:
+                self._since_refresh = 0
+            self._generation += 1
+            self._changed.notify_all()
+        if due:
+            self._refresh()
+
+    def _refresh(self):
+        # An exception here would kill the coordinator's worker thread and hang training.
+        try:
+            self._strategy.refresh_rule()
+        except Exception:  # pylint: disable=broad-except
+            logging.exception("ksync: could not refresh the synchronisation rule; "
+                              "keeping %s", self._strategy.rule.describe())
+
+    def _may_start(self, worker):
+        queue = self._queue
+        if not queue._should_process_closures or not queue._tagged_queue[worker].empty():
+            return True  # stopping, or a per-worker resource closure (e.g. an iterator)
+        if not self._strategy.rule.wait:
+            return True
+        try:
+            version, contributed, wait = self._strategy._state.gate_state()
+        except Exception:  # pylint: disable=broad-except
+            # PS unreachable: let the closure run, so TensorFlow's own failure handling
+            # (retry, or report to the user) sees the error instead of a silent wait.
+            return True
+        return (not bool(wait)) or int(contributed.numpy()[worker]) != int(version)
+
+    def get(self, timeout=None, tag=None):
+        if tag is not None:
+            self._step_finished()
+            while True:
+                with self._changed:
+                    seen = self._generation
+                if self._may_start(tag):
+                    break
+                with self._changed:
+                    # A step that finished during the check may have opened the gate.
+                    notified = self._changed.wait_for(lambda: self._generation != seen,
+                                                      _RECHECK_S)
+                if not notified:
+                    # Nothing finished for a while: a worker may have died, and K may
+                    # have to follow the live workers for the round to complete.
+                    self._refresh()
+        return self._queue.get(timeout=timeout, tag=tag)
+
+
+class KSyncCoordinator(cc.ClusterCoordinator):
+    """`ClusterCoordinator` whose workers respect the strategy's synchronisation rule."""
+
+    def __init__(self, strategy):
+        initialised = getattr(self, "_has_initialized", False)
+        super().__init__(strategy)
+        if not initialised:
+            self._cluster.closure_queue = _GatedClosureQueue(self._cluster.closure_queue,
+                                                             strategy)
+
+    def live_workers(self):
+        """Indices of workers with no unrecovered failure."""
+        return [w.worker_index for w in self._cluster.workers if not w._is_dead_with_error]

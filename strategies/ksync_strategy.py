@@ -1,0 +1,251 @@
+"""`KSyncStrategy`: parameter-server training with adaptive k-sync / async updates.
+
+A drop-in replacement for `tf.distribute.experimental.ParameterServerStrategy`: a tf_keras
+script written for the stock strategy runs unchanged but for the line that creates the
+strategy. Every gradient a worker computes is pushed to the parameter server with the
+version it was computed from, its sample count and the worker's iteration time; the PS
+applies the policy's rule (aggregate K gradients weighted by samples, drop or down-weight
+stale ones) atomically in a critical section, and for synchronous rules the coordinator
+holds a worker that has contributed to the current round until the next version exists.
+
+Example:
+
+```python
+import ksync, strategies, tf_keras as keras
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+strategy = strategies.KSyncStrategy(resolver, policy=ksync.Adaptive())
+with strategy.scope():
+    model = keras.Sequential([...])
+    model.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+model.fit(dataset, epochs=5, steps_per_epoch=100,
+          callbacks=[strategies.KSyncTelemetryCallback(strategy)])
+print(strategy.telemetry()["applied"])
+```
+
+Semantics to know: a Keras "step" is one worker mini-batch (one push), as with the stock
+strategy; with K-sync, K steps make one update. ``optimizer.iterations`` counts pushes;
+``telemetry()["version"]`` counts updates. Gradients of a round not yet complete when
+``fit`` returns stay ``pending`` and join the next round.
+"""
+
+import contextlib
+import sys
+import threading
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.distribute import parameter_server_strategy_v2 as pss_v2
+
+import ksync
+from ksync.tf_state import PSUpdateState
+from strategies.compat import check_tensorflow_version
+from strategies.coordinator import KSyncCoordinator
+from strategies.telemetry import build_telemetry
+
+check_tensorflow_version()
+
+_KERAS3_HINT = ("KSyncStrategy (like TensorFlow's parameter-server training) works with "
+                "tf_keras, not Keras 3: `pip install tf-keras` and use `import tf_keras as "
+                "keras`, or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
+
+
+def _created_by_keras3() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module == "keras" or module.startswith("keras."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
+    """Collects the optimizer's per-variable updates of one step instead of applying
+    them, so the strategy can push them to the PS as one atomic gradient."""
+
+    _collecting = None  # list of (apply_fn, var, grad) while a step is traced
+
+    def _update(self, var, fn, args, kwargs, group):
+        if self._collecting is None:
+            return super()._update(var, fn, args, kwargs, group)
+        (grad,) = self._select_single_value(args)
+        if isinstance(grad, tf.IndexedSlices):
+            grad = tf.convert_to_tensor(grad)
+        base = super()._update
+        kwargs = kwargs or {}
+
+        def apply_fn(v, g):
+            return base(v, fn, (g,), kwargs, True)
+
+        self._collecting.append((apply_fn, self._unwrap(var), grad))
+        no_op = tf.no_op()
+        return no_op if group else (no_op,)
+
+    @staticmethod
+    def _unwrap(var):
+        return var.get() if hasattr(var, "get") and not isinstance(var, tf.Tensor) else var
+
+    def _create_variable(self, next_creator, **kwargs):
+        if _created_by_keras3():
+            raise TypeError(_KERAS3_HINT)
+        return super()._create_variable(next_creator, **kwargs)
+
+    @contextlib.contextmanager
+    def collecting(self):
+        outer, self._collecting = self._collecting, []
+        try:
+            yield self._collecting
+        finally:
+            self._collecting = outer
+
+
+class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
+    """A `ParameterServerStrategy` whose parameter server applies a `ksync` policy.
+
+    Args:
+      cluster_resolver: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g.
+        `TFConfigClusterResolver()` on a real cluster) with "ps" and "worker" jobs.
+      policy: a `ksync.Policy` or its name ("bsp", "asp", "ssp", "ksync", "kasync",
+        "backup", "adaptive"); default `ksync.Adaptive()`.
+      variable_partitioner: as for the stock strategy (only with one PS task).
+    """
+
+    def __init__(self, cluster_resolver, policy=None, variable_partitioner=None):
+        if not isinstance(cluster_resolver, tf.distribute.cluster_resolver.ClusterResolver):
+            raise TypeError("cluster_resolver must be a tf.distribute.cluster_resolver."
+                            "ClusterResolver (e.g. TFConfigClusterResolver()), got "
+                            f"{type(cluster_resolver).__name__}.")
+        if policy is None:
+            policy = ksync.Adaptive()
+        elif isinstance(policy, str):
+            policy = ksync.get(policy)
+        elif not isinstance(policy, ksync.Policy):
+            raise TypeError(f"policy must be a ksync.Policy or a policy name, got "
+                            f"{type(policy).__name__}.")
+        spec = cluster_resolver.cluster_spec().as_dict()
+        num_ps = len(spec.get("ps", []))
+        num_workers = len(spec.get("worker", []))
+        if num_ps != 1:
+            raise ValueError(f"KSyncStrategy needs exactly one 'ps' task (it serialises "
+                             f"updates on it); the cluster has {num_ps}.")
+        # Validate before connecting, so a bad K fails fast and without network.
+        rule = policy.rule(num_workers)
+        super().__init__(cluster_resolver, variable_partitioner)
+        self._extended.__class__ = _KSyncExtended
+        self._policy = policy
+        self._rule = rule
+        self._num_worker_tasks = num_workers
+        self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0")
+        # Adaptive rules may reach K = 1 later, so only static K = 1 takes the short path.
+        self._direct = rule.k == 1 and type(policy).observe is ksync.Policy.observe
+        self._rule_lock = threading.Lock()
+        self._observed = None  # counters at the last refresh
+        self.coordinator = KSyncCoordinator(self)
+
+    # -- the push -----------------------------------------------------------------------
+    def run(self, fn, args=(), kwargs=None, options=None):
+        ext = self._extended
+        if not tf.inside_function() or ext._collecting is not None:
+            return super().run(fn, args, kwargs, options)
+        state = self._state
+        marks = {}
+
+        def timed_fn(*a, **kw):
+            # The version is read before any parameter, in the replica's own thread, so
+            # the staleness charged to the gradient is never under-counted.
+            marks["start"] = tf.timestamp()
+            with tf.control_dependencies([marks["start"]]):
+                marks["version"] = state.version.read_value()
+            with tf.control_dependencies([marks["version"]]):
+                return fn(*a, **kw)
+
+        with ext.collecting() as updates:
+            outputs = super().run(timed_fn, args, kwargs, options)
+        if updates:
+            grads = [g for _, _, g in updates]
+            with tf.control_dependencies(grads):
+                elapsed = tf.timestamp() - marks["start"]
+            state.push(updates, marks["version"], _batch_size(args, kwargs), elapsed,
+                       _current_worker(), direct=self._direct)
+        return outputs
+
+    # -- policy ---------------------------------------------------------------------------
+    @property
+    def policy(self) -> ksync.Policy:
+        return self._policy
+
+    @property
+    def rule(self) -> ksync.Rule:
+        return self._rule
+
+    def _set_rule(self, rule: ksync.Rule) -> None:
+        self._state.set_rule(rule)
+        self._rule = rule
+
+    def _live_workers(self):
+        return self.coordinator.live_workers()
+
+    def refresh_rule(self) -> None:
+        """Give the policy the measurements since the last refresh; apply its new rule.
+
+        Called by the coordinator as training runs; safe to call from any thread."""
+        if not self._rule_lock.acquire(blocking=False):
+            return
+        try:
+            counters = self._state.counters()
+            live = tuple(self._live_workers())
+            rule = self._rule
+            if rule.k > len(live) > 0:
+                # A K the live workers cannot reach would stall every round.
+                rule = ksync.Rule(k=len(live), wait=rule.wait,
+                                  max_staleness=rule.max_staleness,
+                                  stale_action=rule.stale_action)
+                self._policy._record(int(counters["version"]), rule,
+                                     f"K lowered to the {len(live)} live worker(s)")
+            previous = self._observed
+            if previous is not None and self._policy.refresh_every:
+                if counters["version"] - previous["version"] >= self._policy.refresh_every:
+                    observation = _observation(previous, counters, live)
+                    proposed = self._policy.observe(observation)
+                    if proposed is not None:
+                        rule = proposed if proposed.k <= max(1, len(live)) else rule
+                    self._observed = counters
+            else:
+                self._observed = counters
+            if rule != self._rule:
+                self._set_rule(rule)
+        finally:
+            self._rule_lock.release()
+
+    def telemetry(self) -> dict:
+        """Counters, per-worker speed and staleness, and the policy's rule over time."""
+        return build_telemetry(self._state.counters(), self._policy, self._rule)
+
+
+def _observation(previous, counters, live):
+    pushes = counters["worker_pushes"] - previous["worker_pushes"]
+    time = counters["worker_time"] - previous["worker_time"]
+    times = tuple(float(t / p) if p > 0 else None for t, p in zip(time, pushes))
+    hist = counters["staleness_hist"].sum(axis=0) - previous["staleness_hist"].sum(axis=0)
+    p95 = None
+    if hist.sum() > 0:
+        p95 = float(np.searchsorted(np.cumsum(hist), 0.95 * hist.sum()))
+    return ksync.Observation(version=int(counters["version"]), iteration_times=times,
+                             live_workers=live, staleness_p95=p95)
+
+
+def _batch_size(args, kwargs):
+    """Examples in the step's input: the leading dimension of its first batched tensor."""
+    for leaf in tf.nest.flatten((args, kwargs or {})):
+        if isinstance(leaf, (tf.Tensor, tf.RaggedTensor, tf.SparseTensor)) and \
+                leaf.shape.rank not in (None, 0):
+            return tf.cast(leaf.nrows() if isinstance(leaf, tf.RaggedTensor)
+                           else tf.shape(leaf, out_type=tf.int64)[0], tf.float32)
+    return tf.constant(1.0)  # no batched input: every push weighs the same
+
+
+def _current_worker():
+    try:
+        return tf.distribute.coordinator.experimental_get_current_worker_index()
+    except RuntimeError:
+        return tf.constant(0, tf.int64)

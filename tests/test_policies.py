@@ -1,0 +1,122 @@
+"""Policies and the reference update state, driven by synthetic arrival sequences."""
+
+import random
+
+import pytest
+
+import ksync
+from ksync import Observation, Rule, UpdateState
+
+
+def run_sequence(state, pushes):
+    return [state.push(w, v, samples) for w, v, samples in pushes]
+
+
+def test_bsp_commits_once_per_round_and_drops_nothing():
+    state = UpdateState(4, ksync.BSP().rule(4))
+    for round_ in range(5):
+        for w in range(4):
+            assert state.may_start(w)
+            state.push(w, state.version, 32)
+            assert not state.may_start(w) or state.version == round_ + 1
+    assert state.version == 5 and state.dropped == 0 and state.applied == 20
+    state.check_invariants()
+
+
+def test_ksync_drops_late_gradients_of_the_old_round():
+    state = UpdateState(4, ksync.KSync(k=2).rule(4))
+    results = run_sequence(state, [(0, 0, 8), (1, 0, 8), (2, 0, 8), (3, 0, 8)])
+    assert [r.committed for r in results] == [False, True, False, False]
+    assert [r.accepted for r in results] == [True, True, False, False]
+    assert state.dropped == 2 and state.version == 1
+    assert state.may_start(2) and state.may_start(0)
+    state.check_invariants()
+
+
+def test_backup_workers_take_first_n_minus_b():
+    assert ksync.BackupWorkers(backups=1).rule(4) == Rule(k=3, wait=True, max_staleness=0)
+
+
+def test_asp_applies_everything_and_never_waits():
+    state = UpdateState(3, ksync.ASP().rule(3))
+    rng = random.Random(0)
+    for _ in range(100):
+        w = rng.randrange(3)
+        state.push(w, max(0, state.version - rng.randrange(5)), 16)
+        assert all(state.may_start(i) for i in range(3))
+    assert state.applied == 100 and state.version == 100 and state.dropped == 0
+
+
+@pytest.mark.parametrize("action", ["drop", "downweight"])
+def test_ssp_never_applies_beyond_bound_at_full_weight(action):
+    state = UpdateState(3, ksync.SSP(max_staleness=2, stale_action=action).rule(3))
+    rng = random.Random(1)
+    for _ in range(200):
+        result = state.push(rng.randrange(3), max(0, state.version - rng.randrange(6)), 8)
+        if result.staleness > 2:
+            assert result.weight == (0.0 if action == "drop" else 1 / (1 + result.staleness))
+        else:
+            assert result.weight == 1.0
+    state.check_invariants()
+    assert (state.dropped > 0) == (action == "drop")
+
+
+def test_kasync_aggregates_k_without_waiting():
+    state = UpdateState(4, ksync.KAsync(k=3).rule(4))
+    results = run_sequence(state, [(0, 0, 8)] * 7)
+    assert sum(r.committed for r in results) == 2 and state.pending == 1
+    assert state.may_start(0)
+    state.check_invariants()
+
+
+def test_nonfinite_gradients_are_dropped_and_counted():
+    state = UpdateState(2, ksync.BSP().rule(2))
+    state.push(0, 0, 8, finite=False)
+    assert state.dropped == 1 and state.nonfinite == 1 and state.may_start(0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: ksync.KSync(k=0), "K must be an integer >= 1"),
+    (lambda: ksync.KAsync(k=-2), "K must be an integer >= 1"),
+    (lambda: ksync.KSync(k=5).rule(3), "only 3 worker"),
+    (lambda: ksync.SSP(max_staleness=-1), "staleness bound must be an integer >= 0"),
+    (lambda: ksync.get("hogwild"), "unknown policy 'hogwild'"),
+    (lambda: ksync.BackupWorkers(backups=3).rule(3), "leaves no gradient"),
+    (lambda: ksync.Adaptive(tolerance=0.5), "tolerance must be"),
+])
+def test_bad_configuration_fails_with_a_clear_message(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def observe(policy, times, version=20):
+    return policy.observe(Observation(version=version, iteration_times=tuple(times),
+                                      live_workers=tuple(range(len(times)))))
+
+
+def test_adaptive_homogeneous_goes_to_bsp():
+    policy = ksync.Adaptive()
+    assert policy.rule(4).k == 4
+    assert observe(policy, [0.010, 0.011, 0.0105, 0.0102]) is None  # already BSP
+    assert policy.rule(4) == ksync.BSP().rule(4)
+
+
+def test_adaptive_persistent_straggler_goes_k_async_with_bounded_staleness():
+    policy = ksync.Adaptive(tolerance=1.3)
+    policy.rule(4)
+    rule = observe(policy, [0.010, 0.010, 0.020, 0.040])
+    assert rule.k == 2 and not rule.wait and rule.max_staleness is not None
+    # slowest takes 4x the fastest: at ~(1+1+0.5+0.25)/2 updates per fast step it sees
+    # about 5.5 updates while computing; the bound leaves room for that.
+    assert rule.max_staleness >= 6
+    assert "K-async" in policy.explain()
+    # the straggler recovers: back to BSP, and the history says why each time
+    back = observe(policy, [0.010, 0.010, 0.011, 0.010], version=40)
+    assert back.k == 4 and back.wait
+    assert [v for v, _, _ in policy.history] == [0, 20, 40]
+
+
+def test_adaptive_ignores_workers_without_measurements():
+    policy = ksync.Adaptive()
+    policy.rule(3)
+    assert observe(policy, [None, None, None]) is None

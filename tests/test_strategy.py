@@ -1,0 +1,162 @@
+"""KSyncStrategy on a real local cluster: drop-in model.fit, invariants, equivalence."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import ksync
+from cluster_sim.workloads import compile_classifier, digits, mlp
+from strategies import KSyncStrategy, KSyncTelemetryCallback
+
+from conftest import NUM_WORKERS
+
+DATA = digits()
+PUSHES = 540
+
+
+def fit_digits(cluster, policy, callbacks=(), epochs=2, lr=0.05):
+    strategy = KSyncStrategy(cluster.resolver(), policy=policy)
+    with strategy.scope():
+        model = compile_classifier(mlp(DATA.num_features, DATA.num_classes),
+                                   keras.optimizers.SGD(lr, momentum=0.9))
+    history = model.fit(keras.utils.experimental.DatasetCreator(DATA.dataset_fn(32)),
+                        epochs=epochs, steps_per_epoch=PUSHES // epochs, verbose=0,
+                        callbacks=list(callbacks))
+    return strategy, model, history
+
+
+def check_counters(t):
+    assert t["applied"] + t["dropped"] + t["pending"] == t["pushed"] == PUSHES
+    assert sum(w["pushes"] for w in t["workers"]) == t["pushed"]
+    assert sum(t["staleness_histogram"]) == t["pushed"]
+
+
+@pytest.mark.parametrize("policy, lr", [
+    (ksync.BSP(), 0.15), (ksync.ASP(), 0.05), (ksync.SSP(max_staleness=1), 0.05),
+    (ksync.KSync(k=2), 0.1), (ksync.KAsync(k=2), 0.1), (ksync.BackupWorkers(backups=1), 0.1),
+    (ksync.Adaptive(refresh_every=10), 0.1)], ids=repr)
+def test_policy_trains_digits_with_unmodified_fit(cluster, policy, lr):
+    strategy, model, history = fit_digits(cluster, policy, lr=lr)
+    _, accuracy = model.evaluate(DATA.test_dataset(), steps=1, verbose=0)
+    assert accuracy >= 0.90, f"{policy!r} reached only {accuracy:.3f}"
+    assert model.predict(DATA.test_dataset(), steps=1, verbose=0).shape == (len(DATA.y_test), 10)
+    t = strategy.telemetry()
+    check_counters(t)
+    rule = strategy.rule
+    if isinstance(policy, ksync.Adaptive):
+        assert len(t["k_history"]) >= 1 and t["explanation"]
+        assert t["version"] >= t["applied"] // NUM_WORKERS
+    else:
+        assert t["applied"] == t["version"] * rule.k + 0  # every commit took exactly K
+    if rule.wait:
+        assert t["staleness_histogram"][0] == t["applied"] + t["pending"]
+    if isinstance(policy, ksync.BSP):
+        assert t["dropped"] == 0 and t["pending"] == 0
+        assert all(w["pushes"] == PUSHES // NUM_WORKERS for w in t["workers"])
+    if isinstance(policy, ksync.SSP):
+        assert sum(t["staleness_histogram"][policy.max_staleness + 1:]) == t["dropped"]
+    assert all(w["samples_per_s"] > 0 for w in t["workers"])
+
+
+def test_bsp_matches_single_process_sgd_on_concatenated_batches(cluster):
+    batch, rounds = 16, 6
+    data = digits()
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
+    with strategy.scope():
+        model = compile_classifier(mlp(data.num_features, data.num_classes),
+                                   keras.optimizers.SGD(0.5))
+    initial = model.get_weights()
+    dataset_fn = data.dataset_fn(batch, num_shards=NUM_WORKERS, shuffle_seed=None)
+    model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1,
+              steps_per_epoch=rounds * NUM_WORKERS, verbose=0)
+    t = strategy.telemetry()
+    assert t["version"] == rounds and t["applied"] == rounds * NUM_WORKERS
+
+    reference = compile_classifier(mlp(data.num_features, data.num_classes),
+                                   keras.optimizers.SGD(0.5))
+    reference.set_weights(initial)
+    x, y = data.x_train, data.y_train
+    for r in range(rounds):
+        idx = [w + NUM_WORKERS * (r * batch + i) for w in range(NUM_WORKERS)
+               for i in range(batch)]
+        reference.train_on_batch(x[idx], y[idx])
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(model.get_weights()[0], initial[0])
+
+
+def test_coordinator_custom_loop_and_callback(cluster, tmp_path):
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.KSync(k=2))
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    assert coordinator is strategy.coordinator
+    with strategy.scope():
+        model = mlp(DATA.num_features, DATA.num_classes)
+        optimizer = keras.optimizers.SGD(0.1)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=keras.losses.Reduction.NONE)
+    per_worker = coordinator.create_per_worker_dataset(DATA.dataset_fn(32))
+    iterator = iter(per_worker)
+
+    @tf.function
+    def step(it):
+        def replica_fn(batch):
+            x, y = batch
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return strategy.run(replica_fn, args=(next(it),))
+
+    losses = [coordinator.schedule(step, args=(iterator,)) for _ in range(60)]
+    coordinator.join()
+    assert losses[-1].fetch() < losses[0].fetch()
+    t = strategy.telemetry()
+    assert t["pushed"] == 60 and t["applied"] + t["dropped"] + t["pending"] == 60
+    assert t["applied"] == 2 * t["version"]
+
+    callback = KSyncTelemetryCallback(strategy, log_dir=str(tmp_path / "tb"))
+    with strategy.scope():
+        compiled = compile_classifier(mlp(DATA.num_features, DATA.num_classes),
+                                      keras.optimizers.SGD(0.1))
+    ckpt = str(tmp_path / "ckpt" / "weights")
+    history = compiled.fit(keras.utils.experimental.DatasetCreator(DATA.dataset_fn(32)),
+                           epochs=2, steps_per_epoch=20, verbose=0,
+                           callbacks=[callback, keras.callbacks.ModelCheckpoint(
+                               ckpt, save_weights_only=True)])
+    assert history.history["ksync_pushed"][-1] == 60 + 40
+    assert history.history["ksync_version"][-1] >= history.history["ksync_version"][0]
+    assert os.listdir(tmp_path / "tb") and os.path.exists(ckpt + ".index")
+
+
+@pytest.mark.parametrize("make_policy, message", [
+    (lambda: ksync.KSync(k=NUM_WORKERS + 1), f"only {NUM_WORKERS} worker"),
+    (lambda: "no-such-policy", "unknown policy"),
+    (lambda: 3, "policy must be a ksync.Policy"),
+])
+def test_bad_strategy_configuration_fails_fast(cluster, make_policy, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        KSyncStrategy(cluster.resolver(), policy=make_policy())
+
+
+def test_rejects_non_resolver_and_several_ps():
+    with pytest.raises(TypeError, match="ClusterResolver"):
+        KSyncStrategy({"ps": ["127.0.0.1:1"]})
+    spec = tf.train.ClusterSpec({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2",
+                                 "127.0.0.1:3"], "worker": ["127.0.0.1:4"]})
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, "chief", 0)
+    with pytest.raises(ValueError, match="exactly one 'ps' task"):
+        KSyncStrategy(resolver)
+
+
+def test_keras3_model_is_refused_with_tf_keras_hint(cluster):
+    keras3 = pytest.importorskip("keras")
+    if keras3.__version__.startswith("2."):
+        pytest.skip("installed 'keras' is Keras 2")
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP())
+    with pytest.raises(TypeError, match="tf_keras"):
+        with strategy.scope():
+            keras3.Sequential([keras3.layers.Input((4,)), keras3.layers.Dense(2)])
