@@ -112,6 +112,19 @@ class LocalCluster:
     def pid(self, job: str, index: int) -> int:
         return self._procs[(job, index)].pid
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the cluster's server processes have used so far."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for proc in self._procs.values():
+            try:
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except FileNotFoundError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        return total
+
     def kill(self, job: str, index: int) -> None:
         """Kill one task at once (SIGKILL), as a machine failure would."""
         proc = self._procs[(job, index)]

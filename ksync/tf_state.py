@@ -6,6 +6,9 @@ each push in a `tf.CriticalSection` there, so concurrent pushes from several wor
 serialised and every push is applied whole or not at all. Its decisions are those of
 `ksync.state.UpdateState` (the tests hold the two to each other).
 
+Counters live packed in a few vector variables: every push runs on the PS's CPU beside
+the training step, and each separate variable op costs more than the arithmetic.
+
 Only the strategy imports this module; the rest of `ksync` never imports TensorFlow.
 """
 
@@ -16,11 +19,20 @@ from ksync.rule import Rule
 #: staleness histogram bins: 0 .. STALENESS_BINS - 2, and one bin for anything larger.
 STALENESS_BINS = 17
 
+# Slots of the packed global counters.
+COUNTERS = ("version", "pushed", "applied", "dropped", "nonfinite", "pending")
+_V, _PUSHED, _APPLIED, _DROPPED, _NONFINITE, _PENDING = range(len(COUNTERS))
+# Slots of the packed rule: k, wait, max_staleness (-1 = unbounded), downweight.
+_K, _WAIT, _MAX_S, _DOWNWEIGHT = range(4)
+# Per-worker sums: pushes, dropped, samples, busy seconds; last: time, batch size.
+WORKER_SUMS = ("worker_pushes", "worker_dropped", "worker_samples", "worker_time")
+WORKER_LAST = ("worker_last_time", "worker_last_samples")
+
 
 def _encode(rule: Rule):
-    return {"k": rule.k, "wait": rule.wait,
-            "max_staleness": -1 if rule.max_staleness is None else rule.max_staleness,
-            "downweight": rule.stale_action == "downweight"}
+    return [rule.k, int(rule.wait),
+            -1 if rule.max_staleness is None else rule.max_staleness,
+            int(rule.stale_action == "downweight")]
 
 
 def _ops(results):
@@ -44,68 +56,59 @@ class PSUpdateState:
         self.num_workers = num_workers
         self.device = device
         self._accumulators = {}
-        enc = _encode(rule)
+        w = num_workers
         with tf.init_scope(), tf.device(device):
-            def var(value, dtype, name):
-                return tf.Variable(value, dtype=dtype, trainable=False, name=f"ksync/{name}")
+            def var(value, name):
+                return tf.Variable(value, trainable=False, name=f"ksync/{name}")
 
-            self.version = var(0, tf.int64, "version")
-            self.pushed = var(0, tf.int64, "pushed")
-            self.applied = var(0, tf.int64, "applied")
-            self.dropped = var(0, tf.int64, "dropped")
-            self.nonfinite = var(0, tf.int64, "nonfinite")
-            self.pending = var(0, tf.int64, "pending")
-            self.pending_samples = var(0.0, tf.float32, "pending_samples")
-            self.k = var(enc["k"], tf.int64, "k")
-            self.wait = var(enc["wait"], tf.bool, "wait")
-            self.max_staleness = var(enc["max_staleness"], tf.int64, "max_staleness")
-            self.downweight = var(enc["downweight"], tf.bool, "downweight")
-            w = num_workers
-            self.contributed = var(tf.fill([w], tf.constant(-1, tf.int64)), tf.int64, "contributed")
-            self.worker_pushes = var(tf.zeros([w], tf.int64), tf.int64, "worker_pushes")
-            self.worker_dropped = var(tf.zeros([w], tf.int64), tf.int64, "worker_dropped")
-            self.worker_samples = var(tf.zeros([w], tf.float64), tf.float64, "worker_samples")
-            self.worker_time = var(tf.zeros([w], tf.float64), tf.float64, "worker_time")
-            self.worker_last_time = var(tf.zeros([w], tf.float64), tf.float64, "worker_last_time")
-            self.worker_last_samples = var(tf.zeros([w], tf.float32), tf.float32,
-                                           "worker_last_samples")
-            self.staleness_hist = var(tf.zeros([w, STALENESS_BINS], tf.int64), tf.int64,
-                                      "staleness_hist")
+            self.counter_vec = var(tf.zeros([len(COUNTERS)], tf.int64), "counters")
+            self.rule_vec = var(tf.constant(_encode(rule), tf.int64), "rule")
+            self.pending_samples = var(tf.constant(0.0, tf.float32), "pending_samples")
+            self.contributed = var(tf.fill([w], tf.constant(-1, tf.int64)), "contributed")
+            self.worker_sums = var(tf.zeros([w, len(WORKER_SUMS)], tf.float64), "worker_sums")
+            self.worker_last = var(tf.zeros([w, len(WORKER_LAST)], tf.float64), "worker_last")
+            self.staleness_hist = var(tf.zeros([w, STALENESS_BINS], tf.int64), "staleness")
             self.critical_section = tf.CriticalSection(name="ksync_push")
+
+    @property
+    def version(self):
+        """The current version as a tensor (reads the PS)."""
+        return self.counter_vec[_V]
 
     # -- chief side -------------------------------------------------------------------
     def counters(self) -> dict:
         """Every counter and per-worker series as numpy values (one call to the PS)."""
-        return {k: v.numpy() for k, v in self._read_all().items()}
+        counters, rule, contributed, sums, last, hist = (t.numpy() for t in self._read_all())
+        out = dict(zip(COUNTERS, (int(x) for x in counters)))
+        out.update(k=int(rule[_K]), wait=bool(rule[_WAIT]), max_staleness=int(rule[_MAX_S]),
+                   downweight=bool(rule[_DOWNWEIGHT]), contributed=contributed,
+                   staleness_hist=hist)
+        out.update({name: sums[:, i] for i, name in enumerate(WORKER_SUMS)})
+        out.update({name: last[:, i] for i, name in enumerate(WORKER_LAST)})
+        for name in ("worker_pushes", "worker_dropped"):
+            out[name] = out[name].astype("int64")
+        return out
 
     @tf.function
     def _read_all(self):
-        names = ["version", "pushed", "applied", "dropped", "nonfinite", "pending", "k",
-                 "wait", "max_staleness", "downweight", "contributed", "worker_pushes",
-                 "worker_dropped", "worker_samples", "worker_time", "worker_last_time",
-                 "worker_last_samples", "staleness_hist"]
-        return {n: tf.identity(getattr(self, n)) for n in names}
+        return tuple(tf.identity(v) for v in (
+            self.counter_vec, self.rule_vec, self.contributed, self.worker_sums,
+            self.worker_last, self.staleness_hist))
 
     @tf.function
     def gate_state(self):
         """(version, contributed per worker, wait) for the coordinator's barrier."""
-        return (tf.identity(self.version), tf.identity(self.contributed),
-                tf.identity(self.wait))
+        return (self.counter_vec[_V], tf.identity(self.contributed),
+                self.rule_vec[_WAIT] > 0)
 
     def set_rule(self, rule: Rule) -> None:
-        enc = _encode(rule)
-        self._set_rule(tf.constant(enc["k"], tf.int64), tf.constant(enc["wait"]),
-                       tf.constant(enc["max_staleness"], tf.int64),
-                       tf.constant(enc["downweight"]))
+        self._set_rule(tf.constant(_encode(rule), tf.int64))
 
     @tf.function
-    def _set_rule(self, k, wait, max_staleness, downweight):
+    def _set_rule(self, encoded):
         def body():
-            with tf.control_dependencies([
-                    self.k.assign(k), self.wait.assign(wait),
-                    self.max_staleness.assign(max_staleness),
-                    self.downweight.assign(downweight)]):
-                return tf.identity(self.version)
+            with tf.control_dependencies([self.rule_vec.assign(encoded)]):
+                return tf.identity(self.counter_vec[_V])
         self.critical_section.execute(body, exclusive_resource_access=False)
 
     # -- worker side (traced into scheduled functions) ----------------------------------
@@ -135,8 +138,8 @@ class PSUpdateState:
         finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
         accumulators = [] if direct else [self.accumulator(v) for _, v, _ in updates]
         samples = tf.cast(samples, tf.float32)
-        worker = tf.cast(worker, tf.int64)
-        one_hot_w = tf.one_hot(worker, self.num_workers, dtype=tf.int64)
+        worker = tf.reshape(tf.cast(worker, tf.int64), [1, 1])
+        iteration_time = tf.cast(iteration_time, tf.float64)
 
         def body():
             # Everything the decision computes stays on the PS: a value that bounced to
@@ -146,70 +149,67 @@ class PSUpdateState:
                 return decide_and_apply()
 
         def decide_and_apply():
-            version = self.version.read_value()
+            counters = self.counter_vec.read_value()
+            rule = self.rule_vec.read_value()
+            version, pending = counters[_V], counters[_PENDING]
             staleness = version - version_read
-            max_s = self.max_staleness.read_value()
-            beyond = tf.logical_and(max_s >= 0, staleness > max_s)
-            stale_weight = tf.where(self.downweight.read_value(),
+            beyond = tf.logical_and(rule[_MAX_S] >= 0, staleness > rule[_MAX_S])
+            stale_weight = tf.where(rule[_DOWNWEIGHT] > 0,
                                     1.0 / (1.0 + tf.cast(staleness, tf.float32)), 0.0)
             weight = tf.where(beyond, stale_weight, 1.0)
             weight = tf.where(tf.logical_and(finite, samples > 0), weight, 0.0)
             accepted = weight > 0.0
+            accepted_i = tf.cast(accepted, tf.int64)
+            in_round = pending + accepted_i
+            commit = tf.logical_and(accepted, in_round >= rule[_K])
+            commit_i = tf.cast(commit, tf.int64)
 
-            def accept():
-                if direct:
-                    ops = [fn(v, tf.cast(weight, g.dtype) * g) for fn, v, g in updates]
-                    with tf.control_dependencies(_ops(ops)):
-                        return tf.group(self.applied.assign_add(1),
-                                        self.version.assign_add(1),
-                                        self.contributed.assign(
-                                            tf.where(one_hot_w > 0, version,
-                                                     self.contributed)))
-                adds = [acc.assign_add(tf.cast(weight * samples, g.dtype) * g)
+            if direct:
+                def apply():
+                    return tf.group(_ops([fn(v, tf.cast(weight, g.dtype) * g)
+                                          for fn, v, g in updates]))
+            else:
+                # tf.where, not a multiply: a rejected gradient may hold NaN.
+                adds = [acc.assign_add(tf.where(accepted, tf.cast(weight * samples, g.dtype) * g,
+                                                tf.zeros_like(g)))
                         for acc, (_, _, g) in zip(accumulators, updates)]
-                with tf.control_dependencies(adds):
-                    pending = self.pending.assign_add(1)
-                    total = self.pending_samples.assign_add(samples)
-                    mark = self.contributed.assign(
-                        tf.where(one_hot_w > 0, version, self.contributed))
+                total = self.pending_samples.read_value() + \
+                    tf.cast(accepted, tf.float32) * samples
 
-                def commit():
-                    applies = []
-                    for acc, (fn, v, _) in zip(accumulators, updates):
-                        applies.append(fn(v, acc.read_value() / tf.cast(total, acc.dtype)))
+                def apply():
+                    with tf.control_dependencies(adds):
+                        applies = [fn(v, acc.read_value() / tf.cast(total, acc.dtype))
+                                   for acc, (fn, v, _) in zip(accumulators, updates)]
                     with tf.control_dependencies(_ops(applies)):
-                        resets = [acc.assign(tf.zeros_like(acc)) for acc in accumulators]
-                    with tf.control_dependencies(resets):
-                        return tf.group(self.applied.assign_add(pending),
-                                        self.pending.assign(0),
-                                        self.pending_samples.assign(0.0),
-                                        self.version.assign_add(1))
+                        return tf.group([acc.assign(tf.zeros_like(acc)) for acc in accumulators])
 
-                with tf.control_dependencies([mark]):
-                    return tf.cond(pending >= self.k.read_value(), commit, tf.no_op)
-
-            def drop():
-                return tf.group(self.dropped.assign_add(1),
-                                self.nonfinite.assign_add(tf.cast(tf.logical_not(finite),
-                                                                  tf.int64)),
-                                self.worker_dropped.assign_add(one_hot_w))
-
-            decided = tf.cond(accepted, accept, drop)
+            with tf.control_dependencies([] if direct else adds):
+                applied = tf.cond(commit, apply, tf.no_op)
+            applied_now = commit_i * in_round
+            delta = tf.stack([commit_i, tf.constant(1, tf.int64), applied_now,
+                              1 - accepted_i, 1 - tf.cast(finite, tf.int64),
+                              accepted_i - applied_now])
             bin_index = tf.minimum(tf.maximum(staleness, 0), STALENESS_BINS - 1)
-            with tf.control_dependencies([decided]):
-                hot_f = tf.cast(one_hot_w, tf.float64)
-                telemetry = tf.group(
-                    self.pushed.assign_add(1),
-                    self.worker_pushes.assign_add(one_hot_w),
-                    self.worker_samples.assign_add(hot_f * tf.cast(samples, tf.float64)),
-                    self.worker_time.assign_add(hot_f * iteration_time),
-                    self.worker_last_time.assign(
-                        tf.where(one_hot_w > 0, iteration_time, self.worker_last_time)),
-                    self.worker_last_samples.assign(
-                        tf.where(one_hot_w > 0, samples, self.worker_last_samples)),
-                    self.staleness_hist.scatter_nd_add([[worker, bin_index]],
-                                                       tf.constant([1], tf.int64)))
-            with tf.control_dependencies([telemetry]):
-                return self.version.read_value()
+            dropped_f = tf.cast(1 - accepted_i, tf.float64)
+            with tf.control_dependencies([applied]):
+                bookkeeping = [
+                    self.counter_vec.assign_add(delta),
+                    self.contributed.scatter_nd_max(
+                        worker, tf.reshape(tf.where(accepted, version, -1), [1])),
+                    self.worker_sums.scatter_nd_add(worker, tf.reshape(tf.stack(
+                        [1.0, dropped_f, tf.cast(samples, tf.float64), iteration_time]),
+                        [1, len(WORKER_SUMS)])),
+                    self.worker_last.scatter_nd_update(worker, tf.reshape(tf.stack(
+                        [iteration_time, tf.cast(samples, tf.float64)]),
+                        [1, len(WORKER_LAST)])),
+                    self.staleness_hist.scatter_nd_add(
+                        tf.concat([worker, tf.reshape(bin_index, [1, 1])], axis=1),
+                        tf.constant([1], tf.int64)),
+                ]
+                if not direct:
+                    bookkeeping.append(self.pending_samples.assign(
+                        tf.where(commit, 0.0, total)))
+            with tf.control_dependencies(bookkeeping):
+                return self.counter_vec[_V]
 
         return self.critical_section.execute(body, exclusive_resource_access=False)

@@ -27,6 +27,8 @@ class _GatedClosureQueue:
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
         self._since_refresh = 0
+        self._snapshot_lock = threading.Lock()
+        self._snapshot = None  # (generation when the read started, version, contributed)
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -52,19 +54,33 @@ class _GatedClosureQueue:
             logging.exception("ksync: could not refresh the synchronisation rule; "
                               "keeping %s", self._strategy.rule.describe())
 
-    def _may_start(self, worker):
+    def _gate_snapshot(self, seen):
+        """PS (version, contributed) read no earlier than step generation ``seen``.
+
+        Every push completes before its worker thread bumps the generation, so a read
+        started at generation >= ``seen`` reflects every push this thread knows of;
+        threads checking together share one read instead of one PS call each."""
+        with self._snapshot_lock:
+            if self._snapshot is None or self._snapshot[0] < seen:
+                with self._changed:
+                    started = self._generation
+                version, contributed, _ = self._strategy._state.gate_state()
+                self._snapshot = (started, int(version), contributed.numpy())
+            return self._snapshot[1:]
+
+    def _may_start(self, worker, seen):
         queue = self._queue
         if not queue._should_process_closures or not queue._tagged_queue[worker].empty():
             return True  # stopping, or a per-worker resource closure (e.g. an iterator)
         if not self._strategy.rule.wait:
             return True
         try:
-            version, contributed, wait = self._strategy._state.gate_state()
+            version, contributed = self._gate_snapshot(seen)
         except Exception:  # pylint: disable=broad-except
             # PS unreachable: let the closure run, so TensorFlow's own failure handling
             # (retry, or report to the user) sees the error instead of a silent wait.
             return True
-        return (not bool(wait)) or int(contributed.numpy()[worker]) != int(version)
+        return int(contributed[worker]) != version
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
@@ -72,7 +88,7 @@ class _GatedClosureQueue:
             while True:
                 with self._changed:
                     seen = self._generation
-                if self._may_start(tag):
+                if self._may_start(tag, seen):
                     break
                 with self._changed:
                     # A step that finished during the check may have opened the gate.

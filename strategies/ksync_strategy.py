@@ -155,7 +155,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             # the staleness charged to the gradient is never under-counted.
             marks["start"] = tf.timestamp()
             with tf.control_dependencies([marks["start"]]):
-                marks["version"] = state.version.read_value()
+                marks["version"] = state.version
             with tf.control_dependencies([marks["version"]]):
                 return fn(*a, **kw)
 

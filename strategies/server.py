@@ -19,10 +19,11 @@ import signal
 import sys
 import threading
 
+from strategies.launch_net import check_port_free
 from strategies.tf_config import SERVER_JOBS, TFConfig
 
 
-def _die_with_parent():
+def die_with_parent():
     """Ask Linux to SIGTERM this process when its parent exits (no-op elsewhere)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -32,46 +33,82 @@ def _die_with_parent():
         pass
 
 
-def serve(config: TFConfig, stop_file: str | None = None, poll_s: float = 0.2) -> None:
-    """Start the TensorFlow server for ``config``'s task and block until told to stop."""
+def serve(config: TFConfig, stop_file: str | None = None, poll_s: float = 0.2,
+          should_stop=None, check_port: bool = True) -> tuple[int, str]:
+    """Start the TensorFlow server for ``config``'s task and block until told to stop.
+
+    Stops on SIGTERM/SIGINT, when ``stop_file`` exists, or when ``should_stop()`` (called
+    every ``poll_s``) returns ``(exit_code, message)`` instead of None. Returns the exit
+    code and the reason. Raises ValueError before starting TensorFlow when the task does
+    not run a server or its port is taken (TensorFlow would die with an obscure gRPC
+    error instead).
+
+    Example:
+
+    ```python
+    code, why = serve(TFConfig.from_env(), stop_file="/tmp/stop-ps0")
+    ```
+    """
     if config.task_type not in SERVER_JOBS:
         raise ValueError(
             f"task type {config.task_type!r} does not run a server; only {SERVER_JOBS} do. "
             "Run the chief with your training script instead.")
+    label = f"{config.task_type}:{config.task_index}"
+    if check_port:
+        check_port_free(label, config.address)
     import tensorflow as tf
 
     stop = threading.Event()
+    reason = [(0, "stopped by a signal")]
 
     def on_signal(signum, _frame):
+        reason[0] = (0, f"stopped by {signal.Signals(signum).name}")
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server = tf.distribute.Server(
-        tf.train.ClusterSpec(config.cluster), job_name=config.task_type,
-        task_index=config.task_index, protocol="grpc", start=True)
-    print(f"ksync server {config.task_type}:{config.task_index} listening on "
-          f"{config.address}", flush=True)
+    try:
+        server = tf.distribute.Server(
+            tf.train.ClusterSpec(config.cluster), job_name=config.task_type,
+            task_index=config.task_index, protocol="grpc", start=True)
+    except Exception as err:  # TF raises UnknownError with a bare gRPC message
+        raise ValueError(f"TensorFlow could not start the server of {label} on "
+                         f"{config.address}: {err}. Is the port taken (another task or "
+                         "process on this machine)?") from None
+    print(f"ksync server {label} listening on {config.address}", flush=True)
     while not stop.wait(poll_s):
         if stop_file and os.path.exists(stop_file):
+            reason[0] = (0, f"stop file {stop_file} appeared")
             break
+        if should_stop is not None:
+            verdict = should_stop()
+            if verdict is not None:
+                reason[0] = verdict
+                break
     del server  # the process exit tears the gRPC server down
+    return reason[0]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stop-file", help="stop serving when this file exists")
     args = parser.parse_args(argv)
-    _die_with_parent()
+    die_with_parent()
     try:
         config = TFConfig.from_env()
+        code, _ = serve(config, stop_file=args.stop_file)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    serve(config, stop_file=args.stop_file)
-    # TensorFlow's gRPC threads can keep a clean interpreter exit waiting; the server
-    # holds no state worth flushing, so leave at once.
-    os._exit(0)
+    exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """Leave at once: TensorFlow's gRPC threads can keep a clean interpreter exit
+    waiting, and a server holds no state worth flushing."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

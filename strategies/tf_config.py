@@ -63,6 +63,7 @@ class TFConfig:
                                  f'"host:port" strings, got {addresses!r}.')
             for address in addresses:
                 _check_address(job, address)
+        _check_distinct(cluster)
         for job in SERVER_JOBS:
             if job not in cluster:
                 raise ValueError(f'TF_CONFIG cluster has no {job!r} job; a parameter-server '
@@ -105,6 +106,37 @@ class TFConfig:
 
     def for_task(self, task_type: str, task_index: int) -> "TFConfig":
         return dataclasses.replace(self, task_type=task_type, task_index=task_index)
+
+    def tasks(self) -> list[tuple[str, int, str]]:
+        """Every task of the cluster as (job, index, address), chief first, then ps, worker.
+
+        >>> TFConfig({"ps": ["a:1"], "worker": ["b:2", "c:3"]}, "ps", 0).tasks()
+        [('ps', 0, 'a:1'), ('worker', 0, 'b:2'), ('worker', 1, 'c:3')]
+        """
+        return [(job, i, address) for job in KNOWN_JOBS
+                for i, address in enumerate(self.cluster.get(job, ()))]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (also ``"[v6]:port"``) as ``(host, port)``.
+
+    >>> split_address("[::1]:2222")
+    ('::1', 2222)
+    """
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _check_distinct(cluster: dict) -> None:
+    # Two tasks on one address cannot both listen; TensorFlow would fail obscurely on the
+    # second one, or worse, the chief would talk to the wrong task.
+    seen = {}
+    for job, addresses in cluster.items():
+        for i, address in enumerate(addresses):
+            if address in seen:
+                raise ValueError(f"TF_CONFIG gives {seen[address]} and {job}:{i} the same "
+                                 f"address {address!r}; give every task its own host:port.")
+            seen[address] = f"{job}:{i}"
 
 
 def _check_address(job: str, address: str) -> None:

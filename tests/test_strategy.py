@@ -51,7 +51,7 @@ def test_policy_trains_digits_with_unmodified_fit(cluster, policy, lr):
         assert t["version"] >= t["applied"] // NUM_WORKERS
     else:
         assert t["applied"] == t["version"] * rule.k + 0  # every commit took exactly K
-    if rule.wait:
+    if rule.wait and not isinstance(policy, ksync.Adaptive):
         assert t["staleness_histogram"][0] == t["applied"] + t["pending"]
     if isinstance(policy, ksync.BSP):
         assert t["dropped"] == 0 and t["pending"] == 0

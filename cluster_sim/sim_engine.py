@@ -1,0 +1,416 @@
+"""The discrete-event simulation of one policy on one simulated cluster.
+
+Workers start steps, compute for a scenario-given time, push, and the parameter server
+applies the policy's rule through the very `ksync.UpdateState` the product uses; a
+worker whose gradient joined the current round waits for the next version when the rule
+says ``wait``, as `strategies.coordinator` holds it. Adaptive policies are refreshed as
+`strategies.KSyncStrategy.refresh_rule` does it: every ``refresh_every`` pushes the
+measurements are taken, and ``policy.observe`` is called once the version has moved by
+``refresh_every`` since the previous observation.
+
+Gradients are real (`cluster_sim.sim_model.MLP`), computed in event order from the
+parameters each worker read. A worker's gradient depends only on the version it read and
+its batch, so the gradients of every worker that read the same version are computed
+together, lazily, just before that version is replaced (or when one is needed).
+
+Example:
+
+>>> import ksync
+>>> sim = Simulation(ksync.BSP(), SimConfig(num_workers=4, max_pushes=40, eval_every=20))
+>>> result = sim.run()
+>>> result["version"], result["applied"] + result["dropped"] + result["pending"]
+(10, 40)
+"""
+
+import dataclasses
+
+import numpy as np
+
+import ksync
+from cluster_sim.sim_clock import EventClock
+from cluster_sim.sim_model import MLP
+from cluster_sim.sim_workers import Network, make_scenario
+
+_ARRIVE, _APPLY = 0, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+    """One simulated run. Training defaults are those of `cluster_sim.harness.RunConfig`.
+
+    Timing: a step of ``b`` samples on a worker at speed ``s`` computes for
+    ``b * us_per_sample / s`` plus ``step_overhead_s`` (framework cost per step, not scaled
+    by speed), then communicates for the `Network` time; the PS serves pushes one at a
+    time, ``ps_service_s`` each. ``chunk_pushes`` > 0 reproduces the harness's training in
+    ``model.fit`` chunks: after that many steps the workers drain, the model is
+    evaluated, and ``chunk_overhead_s`` passes before the next chunk.
+    """
+
+    num_workers: int = 4
+    scenario: str = "static"
+    speeds: tuple = (1.0, 1.0, 0.5, 0.25)
+    traces: str | None = None
+    trace_time_unit_s: float | None = None
+    straggler_mean: float = 0.5
+    slow_fraction: float = 0.1
+    slow_mean: float = 4.0
+    us_per_sample: float = 300.0
+    step_overhead_s: float = 0.0
+    bandwidth_gbps: float | None = 10.0
+    latency_s: float = 50e-6
+    ps_service_s: float = 0.0
+    batch_size: int = 32
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    hidden: tuple = (64, 64)
+    target_accuracy: float = 0.93
+    max_pushes: int | None = 1200
+    max_updates: int | None = None
+    max_time_s: float | None = None
+    stop_at_target: bool = True
+    eval_every: int = 60
+    chunk_pushes: int = 0
+    chunk_overhead_s: float = 0.0
+    same_batch_order: bool = False
+    seed: int = 0
+
+    def check(self):
+        if not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise ValueError(f"num_workers must be an integer >= 1, got {self.num_workers!r}")
+        if self.batch_size < 1 or self.eval_every < 1:
+            raise ValueError("batch_size and eval_every must be >= 1")
+        if not (self.max_pushes or self.max_updates or self.max_time_s):
+            raise ValueError("give at least one of max_pushes, max_updates, max_time_s, or "
+                             "the simulation never ends")
+        for name in ("step_overhead_s", "ps_service_s", "chunk_overhead_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+
+class _BatchStream:
+    """Each worker's endless shuffled pass over the training rows (a new order per epoch,
+    batches spanning epoch boundaries, as ``shuffle().repeat().batch()`` does)."""
+
+    def __init__(self, num_rows, num_workers, seed, shared):
+        self.num_rows = num_rows
+        seqs = np.random.SeedSequence([seed, 0xDA7A]).spawn(1 if shared else num_workers)
+        # shared: every worker reads the same order (the harness gives every worker the
+        # same shuffle seed), each at its own position.
+        self.rngs = [np.random.default_rng(s) for s in seqs]
+        self.shared = shared
+        self.buffers = [np.empty(0, np.int64) for _ in range(len(seqs))]
+        self.positions = [0] * num_workers
+
+    def take(self, worker, n):
+        src = 0 if self.shared else worker
+        pos = self.positions[worker]
+        while len(self.buffers[src]) < pos + n:
+            self.buffers[src] = np.concatenate(
+                [self.buffers[src], self.rngs[src].permutation(self.num_rows)])
+        self.positions[worker] = pos + n
+        if not self.shared and pos > 4 * self.num_rows:
+            # Forget consumed rows so the buffer stays small on long runs.
+            self.buffers[src] = self.buffers[src][pos:]
+            self.positions[worker] = n
+            return self.buffers[src][:n]
+        return self.buffers[src][pos:pos + n]
+
+
+class Simulation:
+    """Run ``policy`` (a `ksync.Policy` or name) on a simulated cluster.
+
+    Args:
+      policy: the policy object; it is used as is (its ``rule``, ``observe`` and
+        ``history``), so pass a fresh one per run.
+      config: `SimConfig`.
+      data: a `cluster_sim.workloads.Dataset` (default: digits with the config's seed).
+      allocator: optional `predictor.BatchAllocator`; per-worker batch sizes are then
+        re-allocated every ``policy.refresh_every`` pushes (or every ``num_workers``) from
+        the measured speeds, or from ``forecaster`` if one is given.
+      forecaster: optional `predictor` forecaster: ``update(speeds)`` then
+        ``predict(horizon=1)`` gives the speeds handed to the allocator.
+      record_batches: keep ``(version_read, worker, rows, weight)`` of every accepted push
+        in ``self.batches`` (for tests).
+    """
+
+    def __init__(self, policy, config: SimConfig = SimConfig(), data=None, allocator=None,
+                 forecaster=None, record_batches=False):
+        config.check()
+        self.config = c = config
+        self.policy = ksync.get(policy) if isinstance(policy, str) else policy
+        if not isinstance(self.policy, ksync.Policy):
+            raise TypeError(f"policy must be a ksync.Policy or a name, got {policy!r}")
+        n = c.num_workers
+        self.scenario = make_scenario(
+            c.scenario, n, c.us_per_sample, seed=c.seed, speeds=c.speeds, traces=c.traces,
+            time_unit_s=c.trace_time_unit_s, straggler_mean=c.straggler_mean,
+            slow_fraction=c.slow_fraction, slow_mean=c.slow_mean)
+        if data is None:
+            from cluster_sim.workloads import digits
+            data = digits(seed=c.seed)
+        self.data = data
+        self.model = MLP(data.num_features, data.num_classes, c.hidden, seed=c.seed)
+        self.network = Network(self.model.nbytes, c.bandwidth_gbps, c.latency_s)
+        self.rule = self.policy.rule(n)
+        self.state = ksync.UpdateState(n, self.rule)
+        self.allocator, self.forecaster = allocator, forecaster
+        if allocator is not None:
+            allocator.check_feasible(n)
+            self.batch_sizes = allocator.equal_sizes(n)
+        else:
+            self.batch_sizes = [c.batch_size] * n
+        self.clock = EventClock()
+        self.stream = _BatchStream(len(data.x_train), n, c.seed, c.same_batch_order)
+        self.record_batches = record_batches
+        self.batches = []
+        # Per-worker in-flight step.
+        self.read_version = np.zeros(n, np.int64)
+        self.rows = [None] * n
+        self.step_time = np.zeros(n)
+        self.grads = np.zeros((n, self.model.num_params), self.model.dtype)
+        self.requests = []  # workers whose gradient (at the current version) is not computed
+        self.requested = np.zeros(n, bool)
+        self.waiting = set()  # workers held at the k-sync gate
+        self.agg = np.zeros(self.model.num_params, np.float64)
+        self.agg_samples = 0.0
+        self.ps_free = 0.0
+        # Telemetry, as the PS state keeps it.
+        self.worker_pushes = np.zeros(n, np.int64)
+        self.worker_samples = np.zeros(n)
+        self.worker_time = np.zeros(n)   # sum of iteration times (compute + communication)
+        self.staleness = []              # staleness of every push
+        self.curve = []
+        self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
+        self.tta = None
+        self._observed = None
+        self._since_refresh = 0
+        self._chunk_started = 0
+        self._inflight = 0
+        self._idle = set()  # workers stopped by the end of a chunk
+
+    # -- workers --------------------------------------------------------------------------
+    def _start(self, w):
+        c = self.config
+        if c.chunk_pushes and self._chunk_started >= c.chunk_pushes:
+            self._idle.add(w)
+            return
+        self._chunk_started += 1
+        self._inflight += 1
+        now = self.clock.now
+        b = self.batch_sizes[w]
+        self.rows[w] = self.stream.take(w, b)
+        self.read_version[w] = self.state.version
+        self.requests.append(w)
+        self.requested[w] = True
+        t = (self.scenario.compute_time(w, now, b) + c.step_overhead_s + self.network.step_s)
+        self.step_time[w] = t
+        self.clock.schedule(now + t, (_ARRIVE, w))
+
+    def _flush(self):
+        """Compute every requested gradient from the current parameters, in one call."""
+        if not self.requests:
+            return
+        ws = self.requests
+        self.requests = []
+        width = max(len(self.rows[w]) for w in ws)
+        idx = np.zeros((len(ws), width), np.int64)
+        weights = np.zeros((len(ws), width))
+        for j, w in enumerate(ws):
+            r = self.rows[w]
+            idx[j, :len(r)] = r
+            weights[j, :len(r)] = 1.0 / len(r)
+        g = self.model.gradients(self.model.params, self.data.x_train[idx],
+                                 self.data.y_train[idx], weights)
+        self.grads[ws] = g
+        self.requested[ws] = False
+
+    def _release_waiting(self):
+        if self.waiting:
+            ready = sorted(w for w in self.waiting if self.state.may_start(w))
+            for w in ready:
+                self.waiting.discard(w)
+                self._start(w)
+
+    # -- parameter server -----------------------------------------------------------------
+    def _apply_push(self, w):
+        c, state = self.config, self.state
+        self._inflight -= 1
+        if self.requested[w]:
+            self._flush()
+        samples = float(len(self.rows[w]))
+        result = state.push(worker=w, version_read=int(self.read_version[w]), samples=samples)
+        self.staleness.append(result.staleness)
+        self.worker_pushes[w] += 1
+        self.worker_samples[w] += samples
+        self.worker_time[w] += self.step_time[w]
+        if result.accepted:
+            # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
+            self.agg += (result.weight * samples) * self.grads[w]
+            self.agg_samples += samples
+            if self.record_batches:
+                self.batches.append((int(self.read_version[w]), w, self.rows[w].copy(),
+                                     result.weight))
+        if result.committed:
+            self._flush()  # requests of the old version see the old parameters
+            self.model.apply((self.agg / self.agg_samples).astype(self.model.dtype),
+                             c.learning_rate, c.momentum)
+            self.agg[:] = 0.0
+            self.agg_samples = 0.0
+        pushes = state.pushed
+        # The coordinator counts finished steps and refreshes before the gate check.
+        self._since_refresh += 1
+        if self.policy.refresh_every and self._since_refresh >= self.policy.refresh_every:
+            self._since_refresh = 0
+            self._refresh()
+        if self.allocator is not None:
+            self._reallocate(pushes)
+        if not c.chunk_pushes and pushes % c.eval_every == 0:
+            self._evaluate()
+        if state.may_start(w):
+            self._start(w)
+        else:
+            self.waiting.add(w)
+        if result.committed:
+            self._release_waiting()
+        if c.chunk_pushes and self._chunk_started >= c.chunk_pushes and not self._inflight:
+            self._end_chunk()
+
+    def _end_chunk(self):
+        self._evaluate()
+        self.clock.advance(self.config.chunk_overhead_s)
+        self._chunk_started = 0
+        for w in sorted(self._idle):
+            if self.state.may_start(w):
+                self._start(w)
+            else:
+                self.waiting.add(w)
+        self._idle.clear()
+
+    def _refresh(self):
+        """`KSyncStrategy.refresh_rule` on the simulated counters (no failures here, so
+        every worker is live)."""
+        state = self.state
+        counters = (state.version, self.worker_pushes.copy(), self.worker_time.copy())
+        live = tuple(range(self.config.num_workers))
+        rule = self.rule
+        previous = self._observed
+        if previous is not None:
+            if counters[0] - previous[0] >= self.policy.refresh_every:
+                pushes = counters[1] - previous[1]
+                time = counters[2] - previous[2]
+                times = tuple(float(t / p) if p > 0 else None for t, p in zip(time, pushes))
+                window = self.staleness[-int(pushes.sum()):] if pushes.sum() else []
+                p95 = float(np.percentile(window, 95, method="inverted_cdf")) if window else None
+                proposed = self.policy.observe(ksync.Observation(
+                    version=state.version, iteration_times=times, live_workers=live,
+                    staleness_p95=p95))
+                if proposed is not None:
+                    rule = proposed if proposed.k <= max(1, len(live)) else rule
+                self._observed = counters
+        else:
+            self._observed = counters
+        if rule != self.rule:
+            state.set_rule(rule)
+            self.rule = rule
+            self.k_over_time.append((self.clock.now, state.version, rule.k, rule.wait))
+            self._release_waiting()  # a rule without wait opens the gate at once
+
+    def _reallocate(self, pushes):
+        every = self.policy.refresh_every or self.config.num_workers
+        if pushes % every:
+            return
+        done = self.worker_time > 0
+        if not done.all():
+            return  # wait until every worker has a measured speed
+        speeds = self.worker_samples / self.worker_time
+        if self.forecaster is not None:
+            speeds = np.asarray(self.forecaster.update(speeds).predict(horizon=1))[:, 0]
+        self.batch_sizes = self.allocator.allocate(speeds)
+
+    def _evaluate(self):
+        loss, acc = self.model.evaluate(self.data.x_test, self.data.y_test)
+        self.curve.append({"wall_s": float(self.clock.now), "pushes": self.state.pushed,
+                           "version": self.state.version, "loss": loss, "accuracy": acc})
+        if self.tta is None and acc >= self.config.target_accuracy:
+            self.tta = float(self.clock.now)
+
+    def _done(self):
+        c, s = self.config, self.state
+        return ((c.max_pushes and s.pushed >= c.max_pushes)
+                or (c.max_updates and s.version >= c.max_updates)
+                or (c.max_time_s and self.clock.now >= c.max_time_s)
+                or (c.stop_at_target and self.tta is not None))
+
+    # -- the run --------------------------------------------------------------------------
+    def run(self, progress=None) -> dict:
+        """Simulate until a stop condition; returns the measurements (see `summary`).
+
+        ``progress(sim)`` is called after every evaluation, e.g. to move a progress bar.
+        """
+        c = self.config
+        for w in range(c.num_workers):
+            self._start(w)
+        seen = 0
+        while self.clock and not self._done():
+            t, (kind, w) = self.clock.pop()
+            if kind == _ARRIVE and c.ps_service_s > 0:
+                # The PS applies pushes one at a time, in arrival order.
+                self.ps_free = max(t, self.ps_free) + c.ps_service_s
+                self.clock.schedule(self.ps_free, (_APPLY, w))
+                continue
+            self._apply_push(w)
+            if progress is not None and len(self.curve) != seen:
+                seen = len(self.curve)
+                progress(self)
+        if not self.curve or self.curve[-1]["pushes"] != self.state.pushed:
+            self._evaluate()
+        self.state.check_invariants()
+        return self.summary()
+
+    def summary(self) -> dict:
+        """The harness's result dict (`cluster_sim.harness.run_policy`), plus
+        ``hardware_efficiency``, ``idle_fraction``, ``staleness_histogram`` and
+        ``simulated: True``."""
+        s, wall = self.state, float(self.clock.now)
+        samples = float(self.worker_samples.sum())
+        hist = np.bincount(np.asarray(self.staleness, np.int64).clip(0)) if self.staleness \
+            else np.zeros(1, np.int64)
+        busy = self.worker_time
+        # Each worker's stand-alone rate under the same slowdowns: its samples over the
+        # time it spent computing and communicating them.
+        standalone = float(np.sum(self.worker_samples[busy > 0] / busy[busy > 0]))
+        rate = samples / wall if wall > 0 else None
+        return {
+            "policy": repr(self.policy),
+            "tta_s": self.tta,
+            "final_accuracy": self.curve[-1]["accuracy"],
+            "wall_s": wall,
+            "samples_per_s": rate,
+            "hardware_efficiency": rate / standalone if rate and standalone else None,
+            "idle_fraction": float(1.0 - busy.sum() / (wall * len(busy))) if wall > 0 else None,
+            "staleness_p50": _quantile(hist, 0.5),
+            "staleness_p95": _quantile(hist, 0.95),
+            "staleness_histogram": hist.tolist(),
+            "pushed": s.pushed, "applied": s.applied, "dropped": s.dropped,
+            "pending": s.pending, "version": s.version,
+            "rule": self.rule.describe(),
+            "k_history": [{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
+                           "reason": why} for v, r, why in self.policy.history],
+            "worker_pushes": self.worker_pushes.tolist(),
+            "batch_sizes": list(map(int, self.batch_sizes)),
+            "curve": self.curve,
+            "scenario": self.scenario.describe(),
+            "seed": self.config.seed,
+            "simulated": True,
+        }
+
+
+def _quantile(hist, q):
+    """As `strategies.telemetry.staleness_quantile`, on an uncapped histogram."""
+    total = hist.sum()
+    return int(np.searchsorted(np.cumsum(hist), q * total)) if total else None
+
+
+def simulate(policy, config: SimConfig = SimConfig(), data=None, progress=None, **kwargs):
+    """Shorthand: ``Simulation(policy, config, data, **kwargs).run(progress)``."""
+    return Simulation(policy, config, data, **kwargs).run(progress)

@@ -1,0 +1,117 @@
+"""The simulator's model: a numpy MLP whose per-worker gradients are computed in one call.
+
+The discrete-event simulator needs real gradients (so staleness costs what it really
+costs) for up to thousands of simulated workers in one process. Gradients of workers
+that read the same parameter version are computed together: their mini-batches are
+stacked into one ``(workers, batch, features)`` array and the backward pass uses batched
+matrix products, so a BSP round of 256 workers is a handful of numpy calls, not 256.
+
+The architecture, initialisation (Glorot-uniform weights, zero biases), loss (mean
+softmax cross-entropy) and optimiser (SGD with momentum, ``v = m v - lr g; w += v``) are
+those of the harness's tf_keras model (`cluster_sim.workloads.mlp` compiled with
+``keras.optimizers.SGD(lr, momentum)``), so simulated and real runs train the same thing.
+
+Example:
+
+>>> import numpy as np
+>>> model = MLP(num_features=4, num_classes=3, hidden=(5,), seed=0)
+>>> x = np.ones((2, 6, 4), np.float32); y = np.zeros((2, 6), np.int64)
+>>> model.gradients(model.params, x, y, np.full((2, 6), 1 / 6)).shape
+(2, 43)
+"""
+
+import numpy as np
+
+
+class MLP:
+    """ReLU MLP with parameters in one flat vector (views per layer are cheap reshapes)."""
+
+    def __init__(self, num_features: int, num_classes: int, hidden=(64, 64), seed: int = 0,
+                 dtype=np.float32):
+        sizes = [int(num_features), *map(int, hidden), int(num_classes)]
+        if min(sizes) < 1:
+            raise ValueError(f"layer sizes must be >= 1, got {sizes}")
+        self.sizes = sizes
+        self.dtype = np.dtype(dtype)
+        self._slices = []  # (weight slice, weight shape, bias slice) per layer
+        offset = 0
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            w = slice(offset, offset + fan_in * fan_out)
+            offset += fan_in * fan_out
+            self._slices.append((w, (fan_in, fan_out), slice(offset, offset + fan_out)))
+            offset += fan_out
+        self.num_params = offset
+        rng = np.random.default_rng(seed)
+        self.params = np.zeros(offset, self.dtype)
+        for w, shape, _ in self._slices:
+            limit = np.sqrt(6.0 / (shape[0] + shape[1]))  # Keras glorot_uniform
+            self.params[w] = rng.uniform(-limit, limit, shape[0] * shape[1])
+        self.velocity = np.zeros(offset, self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one copy of the parameters (what a push or a pull moves)."""
+        return self.num_params * self.dtype.itemsize
+
+    def layers(self, params):
+        return [(params[w].reshape(shape), params[b]) for w, shape, b in self._slices]
+
+    def logits(self, params, x):
+        h = x
+        layers = self.layers(params)
+        for i, (w, b) in enumerate(layers):
+            h = h @ w + b
+            if i < len(layers) - 1:
+                np.maximum(h, 0, out=h)
+        return h
+
+    def gradients(self, params, x, y, weights):
+        """Per-worker gradients of the weighted cross-entropy, shape ``(workers, params)``.
+
+        Args:
+          params: flat parameter vector all these workers read.
+          x: ``(workers, batch, features)``; y: ``(workers, batch)`` integer labels.
+          weights: ``(workers, batch)`` per-sample loss weights: ``1 / b_j`` for the
+            ``b_j`` real samples of worker j (the mean loss of its mini-batch) and 0 for
+            padding, so unequal batch sizes share one array.
+        """
+        m, b, f = x.shape
+        layers = self.layers(params)
+        acts = [x.reshape(m * b, f)]
+        for i, (w, bias) in enumerate(layers):
+            z = acts[-1] @ w + bias
+            if i < len(layers) - 1:
+                np.maximum(z, 0, out=z)
+            acts.append(z)
+        logits = acts.pop()
+        logits -= logits.max(axis=1, keepdims=True)
+        np.exp(logits, out=logits)
+        logits /= logits.sum(axis=1, keepdims=True)
+        delta = logits  # softmax - onehot, weighted per sample
+        delta[np.arange(m * b), y.reshape(-1)] -= 1.0
+        delta *= weights.reshape(-1, 1).astype(self.dtype, copy=False)
+        grads = np.empty((m, self.num_params), self.dtype)
+        for i in range(len(layers) - 1, -1, -1):
+            wsl, shape, bsl = self._slices[i]
+            a = acts[i]
+            d3 = delta.reshape(m, b, -1)
+            grads[:, wsl] = np.matmul(a.reshape(m, b, -1).transpose(0, 2, 1), d3).reshape(m, -1)
+            grads[:, bsl] = d3.sum(axis=1)
+            if i:
+                delta = delta @ layers[i][0].T
+                delta *= a > 0  # ReLU derivative (a is the post-ReLU activation)
+        return grads
+
+    def apply(self, gradient, learning_rate: float, momentum: float) -> None:
+        """One SGD-with-momentum step (Keras semantics) on the model's own parameters."""
+        self.velocity *= momentum
+        self.velocity -= learning_rate * gradient
+        self.params += self.velocity
+
+    def evaluate(self, x, y):
+        """(mean cross-entropy, accuracy) of the current parameters on ``x``, ``y``."""
+        logits = self.logits(self.params, x).astype(np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        loss = -float(logp[np.arange(len(y)), y].mean())
+        return loss, float((logits.argmax(axis=1) == y).mean())
