@@ -182,6 +182,7 @@ class Simulation:
         self.curve = []
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
         self.tta = None
+        self.commits = 0  # updates applied to the model (must equal the PS version)
         self._observed = None
         self._since_refresh = 0
         self._chunk_started = 0
@@ -256,6 +257,7 @@ class Simulation:
                              c.learning_rate, c.momentum)
             self.agg[:] = 0.0
             self.agg_samples = 0.0
+            self.commits += 1
         pushes = state.pushed
         # The coordinator counts finished steps and refreshes before the gate check.
         self._since_refresh += 1

@@ -68,7 +68,7 @@ class StaticScenario(Scenario):
         speeds = tuple(float(s) for s in speeds)
         if not speeds or any(not (s > 0 and math.isfinite(s)) for s in speeds):
             raise ValueError(f"static speeds must be finite numbers > 0, got {speeds}")
-        self.speeds = np.array([speeds[i % len(speeds)] for i in range(num_workers)])
+        self.speeds = [speeds[i % len(speeds)] for i in range(num_workers)]
 
     def speed(self, worker, now):
         return self.speeds[worker]
