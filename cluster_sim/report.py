@@ -1,0 +1,384 @@
+"""Turn per-policy run results into a report directory: JSON, CSV, Markdown and plots.
+
+Input is a list of result dicts as returned by `cluster_sim.harness.run_policy` (and the
+discrete-event simulator), any number of seeds per policy. `write_report` writes:
+
+* ``results.json``: per policy, medians over seeds plus every seed's raw result;
+* ``curves.csv``: one row per evaluation point (policy, seed, wall_s, pushes, version,
+  loss, accuracy);
+* ``report.md``: the comparison table, TTA ratios to BSP and ASP, and the plots;
+* ``accuracy.png``, ``loss.png``: accuracy and loss against training wall time;
+* ``k_over_time.png``: K of each policy's rule against wall time;
+* ``staleness.png`` and ``batch_sizes.png`` when results carry ``staleness_histogram`` /
+  ``batch_sizes``.
+
+Time to target accuracy over seeds: a seed that never reached the target counts as
++infinity, and ``tta_s`` is the median of that; it is null when the median is infinite,
+i.e. when at least half the seeds (strictly more than half for an odd count) missed. So
+a reported TTA is one that most seeds achieved, and ``tta_reached`` says how many did.
+Other metrics are plain medians over the seeds that report them.
+
+Example:
+
+```python
+from cluster_sim import report
+summary = report.write_report("runs/static", results, title="static, 3 seeds")
+print(report.format_table(summary))
+```
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pathlib
+
+import numpy as np
+
+__all__ = ["summarise", "write_report", "format_table", "markdown_table", "median_tta",
+           "TTA_DEFINITION", "REQUIRED_KEYS"]
+
+REQUIRED_KEYS = ("policy", "tta_s", "final_accuracy", "wall_s", "samples_per_s",
+                 "staleness_p50", "staleness_p95", "curve")
+MEDIAN_KEYS = ("final_accuracy", "samples_per_s", "hardware_efficiency", "idle_fraction",
+               "staleness_p50", "staleness_p95", "wall_s")
+CURVE_FIELDS = ("wall_s", "pushes", "version", "loss", "accuracy")
+TTA_DEFINITION = ("tta_s is the median over seeds of the time to target accuracy, a seed "
+                  "that never reached the target counting as infinite; it is null when that "
+                  "median is infinite (at least half the seeds missed, more than half for an "
+                  "odd count). tta_reached counts the seeds that reached it.")
+# Baselines the table reports TTA ratios against, matched on the policy's class name.
+BASELINES = ("BSP", "ASP")
+
+
+def median_tta(values) -> float | None:
+    """Median of per-seed TTAs with ``None`` (not reached) as +infinity; None if infinite.
+
+    >>> median_tta([10.0, None, 30.0]), median_tta([10.0, None]), median_tta([None])
+    (30.0, None, None)
+    """
+    finite = [math.inf if v is None else float(v) for v in values]
+    if not finite:
+        return None
+    m = float(np.median(finite))
+    return m if math.isfinite(m) else None
+
+
+def _median(values) -> float | None:
+    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float(np.median(values)) if values else None
+
+
+def _validate(results) -> None:
+    if not isinstance(results, (list, tuple)) or not results:
+        raise ValueError("no results to report: expected a non-empty list of result dicts "
+                         "(one per policy and seed, as from harness.run_policy)")
+    for i, r in enumerate(results):
+        if not isinstance(r, dict):
+            raise ValueError(f"results[{i}] is {type(r).__name__}, expected a dict")
+        missing = [k for k in REQUIRED_KEYS if k not in r]
+        if missing:
+            raise ValueError(f"results[{i}] (policy {r.get('policy', '?')!r}) lacks "
+                             f"{', '.join(missing)}")
+        for j, point in enumerate(r["curve"]):
+            absent = [f for f in CURVE_FIELDS if f not in point]
+            if absent:
+                raise ValueError(f"results[{i}] (policy {r['policy']!r}) curve[{j}] lacks "
+                                 f"{', '.join(absent)}")
+
+
+def _by_policy(results) -> dict[str, list[dict]]:
+    """Results grouped by policy name, first-seen order, each seed tagged."""
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        runs = groups.setdefault(str(r["policy"]), [])
+        runs.append(dict(r, seed=r.get("seed", len(runs))))
+    return groups
+
+
+def _baseline(groups, summaries, name) -> float | None:
+    for policy, s in zip(groups, summaries):
+        # Exact name before the arguments: "BSP()" and "bsp" match, "BSPThenASP()" does not.
+        if policy.split("(")[0].strip().upper() == name:
+            return s["tta_s"]
+    return None
+
+
+def summarise(results) -> list[dict]:
+    """Per policy (first-seen order): medians over seeds, TTA ratios, raw runs.
+
+    Each entry has ``policy``, ``seeds``, ``runs``, ``tta_s``, ``tta_reached``, the
+    medians of `MEDIAN_KEYS` (None when no seed reports one), ``tta_vs_bsp`` and
+    ``tta_vs_asp`` (this policy's TTA divided by the baseline's; None when either is
+    missing) and ``per_seed`` (the raw result dicts).
+
+    >>> rs = [{"policy": "BSP()", "tta_s": 20.0, "final_accuracy": 0.9, "wall_s": 20,
+    ...        "samples_per_s": 100, "staleness_p50": 0, "staleness_p95": 0, "curve": []},
+    ...       {"policy": "ASP()", "tta_s": 10.0, "final_accuracy": 0.9, "wall_s": 10,
+    ...        "samples_per_s": 200, "staleness_p50": 1, "staleness_p95": 3, "curve": []}]
+    >>> [(s["policy"], s["tta_vs_bsp"]) for s in summarise(rs)]
+    [('BSP()', 1.0), ('ASP()', 0.5)]
+    """
+    _validate(results)
+    groups = _by_policy(results)
+    summaries = []
+    for policy, runs in groups.items():
+        entry = {"policy": policy, "seeds": [r["seed"] for r in runs], "runs": len(runs),
+                 "tta_s": median_tta([r["tta_s"] for r in runs]),
+                 "tta_reached": sum(r["tta_s"] is not None for r in runs)}
+        for key in MEDIAN_KEYS:
+            entry[key] = _median([r.get(key) for r in runs])
+        summaries.append(entry)
+    for s in summaries:
+        for name in BASELINES:
+            base = _baseline(groups, summaries, name)
+            ok = base and s["tta_s"] is not None
+            s[f"tta_vs_{name.lower()}"] = s["tta_s"] / base if ok else None
+    for s, runs in zip(summaries, groups.values()):
+        s["per_seed"] = runs
+    return summaries
+
+
+def _cell(value, fmt) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _table(summaries) -> tuple[list[str], list[list[str]]]:
+    """Header and string rows shared by the terminal and Markdown tables."""
+    header = ["policy", "seeds", "TTA s", "reached", "TTA/BSP", "TTA/ASP", "final acc",
+              "samples/s", "hw eff", "idle", "stale p50", "stale p95"]
+    rows = [[s["policy"], str(s["runs"]), _cell(s["tta_s"], ".1f"),
+             f"{s['tta_reached']}/{s['runs']}", _cell(s["tta_vs_bsp"], ".2f"),
+             _cell(s["tta_vs_asp"], ".2f"), _cell(s["final_accuracy"], ".3f"),
+             _cell(s["samples_per_s"], ".0f"), _cell(s["hardware_efficiency"], ".2f"),
+             _cell(s["idle_fraction"], ".2f"), _cell(s["staleness_p50"], "g"),
+             _cell(s["staleness_p95"], "g")] for s in summaries]
+    return header, rows
+
+
+def _summaries(results_or_summaries) -> list[dict]:
+    items = list(results_or_summaries)
+    return items if items and "per_seed" in items[0] else summarise(items)
+
+
+def format_table(results_or_summaries) -> str:
+    """The comparison as a plain-text table for the terminal (medians over seeds).
+
+    Takes raw results or `summarise` output.
+    """
+    header, rows = _table(_summaries(results_or_summaries))
+    widths = [max(len(c) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def markdown_table(results_or_summaries) -> str:
+    """The same table in Markdown."""
+    header, rows = _table(_summaries(results_or_summaries))
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _json_safe(value):
+    """NaN and infinity become null: JSON has neither, and readers choke on them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return _json_safe(value.item())
+    if isinstance(value, np.ndarray):
+        return _json_safe(value.tolist())
+    return value
+
+
+def write_report(run_dir, results, title: str | None = None, scenario=None,
+                 meta: dict | None = None) -> list[dict]:
+    """Write results.json, curves.csv, report.md and PNG plots into ``run_dir``.
+
+    ``scenario`` (a `cluster_sim.scenarios.Scenario`) and ``meta`` (any JSON-able dict,
+    e.g. the command line) are recorded in results.json and the report header. Returns
+    the `summarise` output. Raises ``ValueError`` on malformed results before writing.
+    """
+    summaries = summarise(results)
+    out = pathlib.Path(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    header = {"title": title, "tta_definition": TTA_DEFINITION, "meta": meta or {}}
+    if scenario is not None:
+        header["scenario"] = {"name": scenario.name, "summary": scenario.summary(),
+                              "source": scenario.source,
+                              "target_accuracy": scenario.target_accuracy}
+    (out / "results.json").write_text(json.dumps(
+        _json_safe(dict(header, policies=summaries)), indent=2, default=str))
+    _write_curves(out / "curves.csv", summaries)
+    plots = _plot_all(out, summaries)
+    (out / "report.md").write_text(_markdown(summaries, header, plots))
+    return summaries
+
+
+def _write_curves(path, summaries) -> None:
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(("policy", "seed") + CURVE_FIELDS)
+        for s in summaries:
+            for run in s["per_seed"]:
+                for point in run["curve"]:
+                    writer.writerow([s["policy"], run["seed"]] + [
+                        "" if point[f] is None else point[f] for f in CURVE_FIELDS])
+
+
+def _markdown(summaries, header, plots) -> str:
+    lines = [f"# {header['title'] or 'Policy comparison'}", ""]
+    if "scenario" in header:
+        sc = header["scenario"]
+        lines += [f"Scenario: {sc['summary']} (target accuracy {sc['target_accuracy']:g}).", ""]
+    seeds = sorted({len(s["per_seed"]) for s in summaries})
+    lines += [f"Medians over {'/'.join(map(str, seeds))} seed(s) per policy. "
+              f"{TTA_DEFINITION} TTA/BSP and TTA/ASP divide a policy's median TTA by the "
+              "baseline's (below 1.0 is faster). Hardware efficiency is samples/s divided "
+              "by the sum of the workers' stand-alone samples/s under the same slowdowns.",
+              "", markdown_table(summaries), ""]
+    for name, caption in plots:
+        lines += [f"![{caption}]({name})", ""]
+    lines += ["Raw data: `results.json` (every seed), `curves.csv` (every evaluation).", ""]
+    return "\n".join(lines)
+
+
+# ---- plots ------------------------------------------------------------------------------
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")  # files only: works headless and in tests
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _colours(summaries):
+    cmap = _pyplot().get_cmap("tab10")
+    return {s["policy"]: cmap(i % 10) for i, s in enumerate(summaries)}
+
+
+def _save(fig, path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _pyplot().close(fig)
+
+
+def _plot_all(out, summaries) -> list[tuple[str, str]]:
+    """Write every plot the data allows; return (file name, caption) pairs."""
+    plots = []
+    for key, label in (("accuracy", "test accuracy"), ("loss", "test loss")):
+        _plot_curves(out / f"{key}.png", summaries, key, label)
+        plots.append((f"{key}.png", f"{label} against training wall time"))
+    if any(r.get("k_history") for s in summaries for r in s["per_seed"]):
+        _plot_k(out / "k_over_time.png", summaries)
+        plots.append(("k_over_time.png", "K (gradients per update) against wall time"))
+    if any(r.get("staleness_histogram") for s in summaries for r in s["per_seed"]):
+        _plot_staleness(out / "staleness.png", summaries)
+        plots.append(("staleness.png", "staleness distribution of pushed gradients"))
+    if any(r.get("batch_sizes") for s in summaries for r in s["per_seed"]):
+        _plot_batches(out / "batch_sizes.png", summaries)
+        plots.append(("batch_sizes.png", "per-worker batch sizes against wall time"))
+    return plots
+
+
+def _policy_plot(path, summaries, draw, xlabel, ylabel) -> None:
+    """One axes, one colour per policy: ``draw(ax, summary, colour)`` adds its lines."""
+    plt = _pyplot()
+    colours = _colours(summaries)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s in summaries:
+        draw(ax, s, colours[s["policy"]])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _seed_style(summary, index, colour) -> dict:
+    # One legend entry per policy; further seeds share its colour, fainter.
+    return {"color": colour, "alpha": 1.0 if index == 0 else 0.4,
+            "label": summary["policy"] if index == 0 else None}
+
+
+def _plot_curves(path, summaries, key, label) -> None:
+    def draw(ax, s, colour):
+        for i, run in enumerate(s["per_seed"]):
+            pts = [(p["wall_s"], p[key]) for p in run["curve"] if p[key] is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker=".", **_seed_style(s, i, colour))
+    _policy_plot(path, summaries, draw, "training wall time (s)", label)
+
+
+def _version_to_wall(run):
+    """Map update versions to wall time by interpolating the run's evaluation curve."""
+    pts = [(0.0, 0.0)] + [(float(p["version"]), float(p["wall_s"])) for p in run["curve"]
+                          if p.get("version") is not None]
+    versions, walls = zip(*sorted(pts))
+    return lambda v: float(np.interp(v, versions, walls))
+
+
+def _plot_k(path, summaries) -> None:
+    def draw(ax, s, colour):
+        for i, run in enumerate(s["per_seed"]):
+            history = run.get("k_history") or []
+            if not history:
+                continue
+            to_wall = _version_to_wall(run)
+            x = [to_wall(h["version"]) for h in history]
+            y = [h["k"] for h in history]
+            # K holds until the next change, and until the run ends.
+            x.append(max(x[-1], float(run["wall_s"] or x[-1])))
+            y.append(y[-1])
+            ax.step(x, y, where="post", **_seed_style(s, i, colour))
+    _policy_plot(path, summaries, draw, "training wall time (s, from update versions)",
+                 "K (gradients per update)")
+
+
+def _plot_staleness(path, summaries) -> None:
+    def draw(ax, s, colour):
+        hists = [r["staleness_histogram"] for r in s["per_seed"] if r.get("staleness_histogram")]
+        if not hists:
+            return
+        # Seeds are pooled: counts add, then normalise to a fraction of pushes.
+        total = np.zeros(max(len(h) for h in hists))
+        for h in hists:
+            total[:len(h)] += h
+        if total.sum() > 0:
+            ax.step(np.arange(len(total)), total / total.sum(), where="mid", color=colour,
+                    label=s["policy"])
+    _policy_plot(path, summaries, draw, "staleness (updates behind when applied)",
+                 "fraction of gradients")
+
+
+def _plot_batches(path, summaries) -> None:
+    plt = _pyplot()
+    with_batches = [s for s in summaries
+                    if any(r.get("batch_sizes") for r in s["per_seed"])]
+    fig, axes = plt.subplots(len(with_batches), 1, figsize=(7, 2.6 * len(with_batches)),
+                             squeeze=False, sharex=True)
+    for ax, s in zip(axes[:, 0], with_batches):
+        # The first seed with data: seeds differ in timing, so overlaying them blurs.
+        run = next(r for r in s["per_seed"] if r.get("batch_sizes"))
+        x = [b["wall_s"] for b in run["batch_sizes"]]
+        # Workers may come and go (churn): pad missing workers with NaN (gaps in the plot).
+        width = max(len(b["sizes"]) for b in run["batch_sizes"])
+        sizes = np.full((len(x), width), np.nan)
+        for row, b in enumerate(run["batch_sizes"]):
+            sizes[row, :len(b["sizes"])] = b["sizes"]
+        # The last sizes hold until the run ends.
+        end = max(x[-1], float(run.get("wall_s") or x[-1]))
+        x, sizes = x + [end], np.vstack([sizes, sizes[-1:]])
+        for w in range(sizes.shape[1]):
+            ax.step(x, sizes[:, w], where="post", label=f"worker {w}")
+        ax.set_title(f"{s['policy']} (seed {run['seed']})", fontsize=9)
+        ax.set_ylabel("batch size")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=4)
+    axes[-1, 0].set_xlabel("training wall time (s)")
+    _save(fig, path)

@@ -1,0 +1,149 @@
+"""Report: medians over seeds, TTA definition, files written, plots readable."""
+
+import csv
+import json
+
+import matplotlib.image as mpimg
+import pytest
+
+from cluster_sim import report
+from cluster_sim.scenarios import load_scenario
+
+
+def result(policy, seed, tta, acc=0.95, sps=1000.0, **extra):
+    """A synthetic run_policy-style result with a 3-point curve."""
+    curve = [{"wall_s": 5.0 * (i + 1), "pushes": 60 * (i + 1), "version": 20 * (i + 1),
+              "loss": 1.0 / (i + 1), "accuracy": acc * (i + 1) / 3} for i in range(3)]
+    r = {"policy": policy, "seed": seed, "tta_s": tta, "final_accuracy": acc,
+         "wall_s": 15.0, "samples_per_s": sps, "staleness_p50": 1, "staleness_p95": 4,
+         "pushed": 180, "applied": 170, "dropped": 5, "pending": 5, "version": 60,
+         "rule": "x", "k_history": [{"version": 0, "k": 4, "wait": True, "rule": "x",
+                                     "reason": "start"},
+                                    {"version": 30, "k": 2, "wait": True, "rule": "x",
+                                     "reason": "slow worker"}],
+         "worker_pushes": [60, 60, 40, 20], "curve": curve}
+    r.update(extra)
+    return r
+
+
+def results():
+    out = []
+    for seed, (bsp, asp, ada) in enumerate([(40.0, 20.0, 10.0), (60.0, None, 12.0),
+                                           (50.0, 30.0, None)]):
+        out.append(result("BSP()", seed, bsp, sps=500 + seed, hardware_efficiency=0.4,
+                          idle_fraction=0.5))
+        out.append(result("ASP()", seed, asp, sps=900 + 10 * seed,
+                          staleness_histogram=[5, 10, 3]))
+        out.append(result("Adaptive()", seed, ada, acc=0.96 - 0.01 * seed,
+                          hardware_efficiency=0.8 + 0.05 * seed, idle_fraction=0.1,
+                          staleness_histogram=[20, 1],
+                          batch_sizes=[{"wall_s": 0.0, "sizes": [32, 32, 16, 8]},
+                                       {"wall_s": 7.0, "sizes": [40, 40, 8]}]))
+    return out
+
+
+def test_median_tta_counts_misses_as_infinite():
+    assert report.median_tta([10.0, 20.0, 30.0]) == 20.0
+    assert report.median_tta([10.0, None, 30.0]) == 30.0
+    assert report.median_tta([10.0, None, None]) is None
+    assert report.median_tta([10.0, 20.0, None, 40.0]) == 30.0
+    assert report.median_tta([10.0, None]) is None
+    assert report.median_tta([]) is None
+
+
+def test_summarise_medians_and_ratios():
+    by = {s["policy"]: s for s in report.summarise(results())}
+    assert list(by) == ["BSP()", "ASP()", "Adaptive()"]
+    bsp, asp, ada = by["BSP()"], by["ASP()"], by["Adaptive()"]
+    assert (bsp["tta_s"], bsp["tta_reached"], bsp["runs"], bsp["seeds"]) == (50.0, 3, 3, [0, 1, 2])
+    assert (asp["tta_s"], asp["tta_reached"]) == (30.0, 2)
+    assert (ada["tta_s"], ada["tta_reached"]) == (12.0, 2)
+    assert bsp["samples_per_s"] == 501.0 and asp["samples_per_s"] == 910.0
+    assert ada["final_accuracy"] == pytest.approx(0.95)
+    assert ada["hardware_efficiency"] == pytest.approx(0.85)
+    assert asp["hardware_efficiency"] is None  # no seed reported it
+    assert ada["tta_vs_bsp"] == pytest.approx(12 / 50)
+    assert ada["tta_vs_asp"] == pytest.approx(12 / 30)
+    assert bsp["tta_vs_bsp"] == 1.0
+    assert len(ada["per_seed"]) == 3
+
+
+def test_seed_defaults_to_run_index_and_no_baseline_gives_no_ratio():
+    rs = [result("KSync(k=2)", None, 10.0), result("KSync(k=2)", None, 20.0)]
+    for r in rs:
+        del r["seed"]
+    (s,) = report.summarise(rs)
+    assert s["seeds"] == [0, 1] and s["tta_s"] == 15.0
+    assert s["tta_vs_bsp"] is None and s["tta_vs_asp"] is None
+
+
+def test_write_report_files(tmp_path):
+    scenario = load_scenario("static")
+    summaries = report.write_report(tmp_path / "run", results(), title="static test",
+                                    scenario=scenario, meta={"command": "demo"})
+    run = tmp_path / "run"
+    data = json.loads((run / "results.json").read_text())
+    assert data["scenario"]["name"] == "static" and data["meta"] == {"command": "demo"}
+    assert "infinite" in data["tta_definition"]
+    assert [p["policy"] for p in data["policies"]] == ["BSP()", "ASP()", "Adaptive()"]
+    assert data["policies"][1]["tta_s"] == 30.0
+    assert data["policies"][1]["per_seed"][1]["tta_s"] is None
+    assert summaries[2]["tta_s"] == data["policies"][2]["tta_s"]
+
+    with open(run / "curves.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 * 3 * 3
+    assert list(rows[0]) == ["policy", "seed", "wall_s", "pushes", "version", "loss",
+                             "accuracy"]
+    assert rows[-1]["policy"] == "Adaptive()" and rows[-1]["seed"] == "2"
+
+    md = (run / "report.md").read_text()
+    assert "# static test" in md and "| Adaptive() |" in md
+    assert "0.24" in md  # Adaptive TTA / BSP TTA = 12 / 50
+    for name in ("accuracy.png", "loss.png", "k_over_time.png", "staleness.png",
+                 "batch_sizes.png"):
+        path = run / name
+        assert f"]({name})" in md
+        image = mpimg.imread(path)
+        assert image.shape[0] > 100 and image.shape[1] > 100
+        assert image.std() > 0  # something was drawn, not a blank canvas
+
+
+def test_optional_plots_skipped_without_data(tmp_path):
+    rs = [result("BSP()", 0, 10.0, k_history=[]), result("ASP()", 0, None, k_history=[])]
+    report.write_report(tmp_path, rs)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"results.json", "curves.csv", "report.md", "accuracy.png", "loss.png"} <= names
+    assert not names & {"k_over_time.png", "staleness.png", "batch_sizes.png"}
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["policies"][1]["tta_s"] is None and data["policies"][1]["tta_vs_bsp"] is None
+
+
+def test_json_has_no_nan(tmp_path):
+    report.write_report(tmp_path, [result("ASP()", 0, 5.0, samples_per_s=float("nan"))])
+    text = (tmp_path / "results.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text)["policies"][0]["samples_per_s"] is None
+
+
+def test_format_table_text_and_markdown():
+    text = report.format_table(results())
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["policy", "seeds", "TTA"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    ada = next(l for l in lines if l.startswith("Adaptive()")).split()
+    assert ada[1:6] == ["3", "12.0", "2/3", "0.24", "0.40"]
+    assert report.format_table(report.summarise(results())) == text
+    assert report.markdown_table(results()).count("\n") == 2 + 2
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([], "no results"),
+    ([{"policy": "BSP()"}], r"results\[0\] \(policy 'BSP\(\)'\) lacks tta_s"),
+    (["x"], r"results\[0\] is str"),
+    ([dict(result("BSP()", 0, 1.0), curve=[{"wall_s": 1.0}])], r"curve\[0\] lacks pushes"),
+])
+def test_bad_results_fail_clearly_before_writing(tmp_path, bad, match):
+    with pytest.raises(ValueError, match=match):
+        report.write_report(tmp_path / "out", bad)
+    assert not (tmp_path / "out").exists()

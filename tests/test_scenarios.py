@@ -1,0 +1,178 @@
+"""Scenarios: built-ins load, speeds and events are right, bad input fails clearly."""
+
+import math
+import pathlib
+
+import pytest
+
+from cluster_sim.scenarios import (DEFAULT_TRACE_DIR, Event, SpeedSchedule, builtin_names,
+                                   load_scenario)
+
+SHARED_TRACES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_pai"
+
+MINIMAL = "workers = 2\n"
+
+
+def write(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_builtins_are_all_there_and_load():
+    assert set(builtin_names()) >= {"homogeneous", "static", "trace", "colocated", "pause",
+                                    "churn"}
+    for name in builtin_names():
+        s = load_scenario(name)
+        assert s.name == name
+        assert len(s.speeds_at(0.0)) == s.num_workers
+        assert all(0 < v <= 1.0 for v in s.speeds_at(0.0))
+
+
+def test_static_and_homogeneous_speeds_and_workload():
+    s = load_scenario("static")
+    assert s.speeds_at(0.0) == [1.0, 1.0, 0.5, 0.25]
+    assert s.speeds_at(1e6) == [1.0, 1.0, 0.5, 0.25]
+    assert (s.num_ps, s.data, s.batch_size, s.hidden) == (1, "digits", 32, (64, 64))
+    assert s.momentum > 0  # staleness must cost something
+    assert load_scenario("homogeneous").speeds_at(5.0) == [1.0] * 4
+
+
+def test_colocated_alternates_out_of_phase():
+    s = load_scenario("colocated")
+    assert s.speeds_at(1.0) == [1.0, 0.5, 1.0, 1.0]
+    assert s.speeds_at(16.0) == [1.0, 1.0, 1.0, 0.5]
+    assert s.speeds_at(31.0) == [1.0, 0.5, 1.0, 1.0]  # periodic
+    assert s.mean_speed(1, 0.0, 30.0) == pytest.approx(0.75)
+    assert s.change_times(0.0, 31.0) == [15.0, 30.0]
+
+
+def test_pause_freezes_one_worker_for_20_s():
+    s = load_scenario("pause")
+    pause, resume = s.events
+    assert (pause.action, resume.action, pause.worker) == ("pause", "resume", resume.worker)
+    assert resume.at_s - pause.at_s == 20.0
+    w = pause.worker
+    assert s.effective_speed(w, pause.at_s + 1) == 0.0
+    assert s.effective_speed(w, resume.at_s + 1) == s.speed(w, resume.at_s + 1) > 0
+    assert s.events_between(0.0, pause.at_s) == [pause]
+    assert s.events_between(pause.at_s, pause.at_s + 5) == []
+
+
+def test_churn_kills_and_restarts_and_efficiency_denominator_counts_it():
+    s = load_scenario("churn")
+    assert [e.action for e in s.events] == ["kill", "restart"]
+    kill, restart = s.events
+    base = 1e6 / s.us_per_sample
+    # Over [0, restart]: worker 3 (speed 0.25) contributes only until it is killed.
+    expected = base * (1 + 1 + 0.5 + 0.25 * kill.at_s / restart.at_s)
+    assert s.standalone_samples_per_s(0.0, restart.at_s) == pytest.approx(expected)
+    assert s.standalone_samples_per_s(0.0, 10.0, base_samples_per_s=100) == pytest.approx(275)
+
+
+def test_speed_schedule_mean_and_breakpoints():
+    sch = SpeedSchedule((0, 10), (1.0, 0.5), period_s=20)
+    assert sch.breakpoints(0, 45) == [10.0, 20.0, 30.0, 40.0]
+    assert sch.mean(5, 15) == pytest.approx(0.75)
+    assert sch.mean(0, 45) == pytest.approx((20 * 1.0 + 20 * 0.5 + 5 * 1.0) / 45)
+    hold = SpeedSchedule((0, 10), (1.0, 0.5))
+    assert hold.speed(1e9) == 0.5 and hold.breakpoints(0, 100) == [10.0]
+
+
+def test_trace_scenario_uses_vendored_sample_by_default():
+    s = load_scenario("trace")
+    assert "job_2" in s.source or DEFAULT_TRACE_DIR.is_dir()
+    medians = [s.mean_speed(w, 0.0, 200.0) for w in range(s.num_workers)]
+    # Normalised so the fastest follows ~1.0 and the trace's slow worker is slower.
+    assert max(medians) == pytest.approx(1.0, abs=0.03)
+    assert min(medians) < 0.85
+    # Time-varying: the speed changes within a few seconds of the trace.
+    assert len({s.speed(0, t / 10) for t in range(100)}) > 1
+    assert s.change_times(0.0, 1.0)
+
+
+def test_trace_dir_override_and_missing_dir(tmp_path):
+    csv = ",worker,gpu,time,batch_time_norm\n"
+    rows = [(0, 1, 500), (0, 11, 1000), (1, 1, 1000), (1, 11, 1000)]
+    csv += "".join(f"{i},{w},20,{t},{v}\n" for i, (w, t, v) in enumerate(rows))
+    (tmp_path / "job_9_norm.csv").write_text(csv)
+    path = write(tmp_path, "workers = 2\n[slowdowns.trace]\ntime_unit_s = 1.0\n")
+    s = load_scenario(path, traces_dir=tmp_path)
+    # Worker 0 has the fastest median (0.75 of 1/500 vs 1/1000): it becomes 1.0 at best.
+    assert s.speed(0, 0.0) == pytest.approx(1 / 0.75)
+    assert s.speed(0, 10.0) == pytest.approx(0.5 / 0.75)
+    assert s.speed(1, 0.0) == pytest.approx(0.5 / 0.75)
+    assert s.speed(0, 20.0) == s.speed(0, 0.0)  # loops after two points of 10 s
+    with pytest.raises(ValueError, match="does not exist"):
+        load_scenario(path, traces_dir=tmp_path / "nope")
+    with pytest.raises(ValueError, match=r"slowdowns.trace.workers.*no worker 7"):
+        load_scenario(write(tmp_path, "workers = 2\n[slowdowns.trace]\nworkers = [0, 7]\n"),
+                      traces_dir=tmp_path)
+
+
+@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared traces not present")
+def test_trace_scenario_reads_full_shared_traces():
+    s = load_scenario("trace", traces_dir=SHARED_TRACES)
+    speeds = [s.mean_speed(w, 0.0, 100.0) for w in range(4)]
+    assert speeds[0] == pytest.approx(1.0, abs=0.03) and speeds[3] < 0.8
+
+
+def test_other_scenarios_ignore_traces_dir(tmp_path):
+    assert load_scenario("static", traces_dir=tmp_path / "nope").speeds_at(0)[3] == 0.25
+
+
+def test_to_run_config_maps_the_harness_fields():
+    config = load_scenario("static").to_run_config(seed=3)
+    assert config.speeds == (1.0, 1.0, 0.5, 0.25)
+    assert (config.seed, config.batch_size, config.hidden) == (3, 32, (64, 64))
+
+
+def test_events_sort_and_do_not_overlap():
+    assert Event(5.0, 1, "kill") < Event(6.0, 0, "pause")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("workers = 2\nspeed = 1\n", r"s.toml: speed: unknown key"),
+    ("", r"s.toml: workers: missing"),
+    ("workers = 0\n", r"workers: must be > 0"),
+    ("workers = 'four'\n", r"workers: expected int"),
+    ("workers = 2\n[slowdowns]\nspeeds = [1.0, 0.0]\n", r"slowdowns.speeds: speeds must be .*> 0"),
+    ("workers = 2\n[slowdowns]\nspeeds = [1.0, -1]\n", r"> 0"),
+    ("workers = 2\n[slowdowns]\nspeeds = [1.0]\n", r"slowdowns.speeds: expected a list of 2"),
+    ("workers = 2\n[[slowdowns.schedule]]\nworkers = [2]\ntimes_s = [0]\nspeeds = [1]\n",
+     r"slowdowns.schedule\[0\].workers: worker 2 out of range"),
+    ("workers = 2\n[[slowdowns.schedule]]\nworkers = [0]\ntimes_s = [1, 2]\nspeeds = [1, 1]\n",
+     r"slowdowns.schedule\[0\]: schedule times must start at 0"),
+    ("workers = 2\n[[slowdowns.schedule]]\nworkers = [0]\ntimes_s = [0, 5]\nspeeds = [1, 1]\n"
+     "period_s = 5\n", r"period_s"),
+    ("workers = 2\n[[events]]\naction = 'explode'\nworker = 0\nat_s = 1\n",
+     r"events\[0\].action: expected 'pause' or 'kill'"),
+    ("workers = 2\n[[events]]\naction = 'pause'\nworker = 0\nat_s = 1\n",
+     r"events\[0\].duration_s: missing"),
+    ("workers = 2\n[[events]]\naction = 'kill'\nworker = 0\nat_s = 5\nrestart_at_s = 2\n",
+     r"events\[0\].restart_at_s: must be after"),
+    ("workers = 2\n[[events]]\naction = 'pause'\nworker = 0\nat_s = 1\nduration_s = 10\n"
+     "[[events]]\naction = 'kill'\nworker = 0\nat_s = 5\n", r"events: worker 0: kill at 5"),
+    ("workers = 2\ndata = 'imagenet'\n", r"data: unknown dataset 'imagenet'"),
+    ("workers = 2\n[model]\nhidden = [64, 0]\n", r"model.hidden"),
+    ("workers = 2\n[training]\nmomentum = 1.5\n", r"training.momentum"),
+    ("workers = 2\n[slowdowns.trace]\njob = 'job_77'\n", r"slowdowns.trace.job: no trace file"),
+    ("workers = 2\n[slowdowns.trace]\nspeed = 2\n", r"slowdowns.trace.speed: unknown key"),
+    ("workers = [2\n", r"s.toml: malformed TOML"),
+])
+def test_bad_scenarios_fail_naming_file_and_key(tmp_path, text, match):
+    with pytest.raises(ValueError, match=match):
+        load_scenario(write(tmp_path, text))
+
+
+def test_unknown_name_lists_builtins():
+    with pytest.raises(ValueError, match=r"unknown scenario 'nosuch'.*static"):
+        load_scenario("nosuch")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_scenario("missing/file.toml")
+
+
+def test_minimal_file_defaults(tmp_path):
+    s = load_scenario(write(tmp_path, MINIMAL, "tiny.toml"))
+    assert (s.name, s.speeds_at(0.0), s.events) == ("tiny", [1.0, 1.0], ())
+    assert math.isclose(s.standalone_samples_per_s(0, 1), 2 * 1e6 / s.us_per_sample)
