@@ -157,12 +157,12 @@ def _piecewise_mean(value, cuts, t0, t1) -> float:
     return float(total / (t1 - t0))
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True)
 class Event:
     """Something the harness does to a worker at ``at_s`` seconds into a run.
 
     ``pause`` freezes the worker process (SIGSTOP) until ``resume`` (SIGCONT); ``kill``
-    ends it until ``restart``. Events sort by time.
+    ends it until ``restart``. `Scenario.events` are in time order.
     """
 
     at_s: float
@@ -194,6 +194,11 @@ class Scenario:
     us_per_sample: float = 300.0
     description: str = ""
     source: str = ""
+
+    def __post_init__(self):
+        if self.slowdowns and len(self.slowdowns) != self.num_workers:
+            raise ValueError(f"{len(self.slowdowns)} slowdown lists for {self.num_workers} "
+                             "workers; give one (possibly empty) tuple per worker")
 
     def speed(self, worker: int, t_s: float) -> float:
         """Relative speed of ``worker`` at ``t_s`` seconds (slowdowns only; see
@@ -296,7 +301,7 @@ def load_scenario(name_or_path, traces_dir=None) -> Scenario:
             raise ValueError(f"unknown scenario {text!r}: not a file and not a built-in "
                              f"({', '.join(builtin_names())})")
     if not path.is_file():
-        raise ValueError(f"scenario file {str(path)!r} does not exist")
+        raise ValueError(f"scenario file {str(path)!r} does not exist or is not a file")
     try:
         with open(path, "rb") as fh:
             table = tomllib.load(fh)
@@ -393,7 +398,7 @@ def parse_scenario(table: dict, source="<dict>", traces_dir=None) -> Scenario:
         fail("events", "expected an array of tables ([[events]])")
     for i, ev in enumerate(raw_events):
         events += _events(fail, f"events[{i}]", ev, n, get)
-    events.sort()
+    events.sort(key=_event_order)
     _check_event_order(fail, events)
 
     return Scenario(
@@ -514,6 +519,12 @@ def _events(fail, key, ev, n, get):
             fail(key + ".restart_at_s", f"must be after at_s ({at}), got {restart}")
         out.append(Event(restart, worker, "restart"))
     return out
+
+
+def _event_order(e: Event):
+    # At equal times a resume or restart comes first, so a worker may be paused again
+    # the moment it resumes.
+    return (e.at_s, e.action not in ("resume", "restart"), e.worker)
 
 
 def _check_event_order(fail, events):

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from cluster_sim.scenarios import (DEFAULT_TRACE_DIR, Event, SpeedSchedule, builtin_names,
+from cluster_sim.scenarios import (DEFAULT_TRACE_DIR, Scenario, SpeedSchedule, builtin_names,
                                    load_scenario)
 
 SHARED_TRACES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_pai"
@@ -81,7 +81,9 @@ def test_speed_schedule_mean_and_breakpoints():
 
 def test_trace_scenario_uses_vendored_sample_by_default():
     s = load_scenario("trace")
-    assert "job_2" in s.source or DEFAULT_TRACE_DIR.is_dir()
+    assert DEFAULT_TRACE_DIR.is_dir()
+    # The vendored sample has 60 points, 10 iterations apart, at 9.6 ms per iteration.
+    assert s.slowdowns[0][0].period_s == pytest.approx(60 * 10 * 0.0096)
     medians = [s.mean_speed(w, 0.0, 200.0) for w in range(s.num_workers)]
     # Normalised so the fastest follows ~1.0 and the trace's slow worker is slower.
     assert max(medians) == pytest.approx(1.0, abs=0.03)
@@ -127,8 +129,18 @@ def test_to_run_config_maps_the_harness_fields():
     assert (config.seed, config.batch_size, config.hidden) == (3, 32, (64, 64))
 
 
-def test_events_sort_and_do_not_overlap():
-    assert Event(5.0, 1, "kill") < Event(6.0, 0, "pause")
+def test_back_to_back_pauses_are_allowed(tmp_path):
+    pause = "[[events]]\naction = 'pause'\nworker = 1\nat_s = {}\nduration_s = 10\n"
+    s = load_scenario(write(tmp_path, MINIMAL + pause.format(20) + pause.format(10)))
+    assert [(e.at_s, e.action) for e in s.events] == [
+        (10.0, "pause"), (20.0, "resume"), (20.0, "pause"), (30.0, "resume")]
+    assert s.frozen(1, 20.0) and not s.frozen(1, 30.0) and not s.frozen(0, 15.0)
+    assert s.mean_speed(1, 0.0, 40.0) == pytest.approx(0.5)
+
+
+def test_scenario_checks_one_slowdown_list_per_worker():
+    with pytest.raises(ValueError, match="1 slowdown lists for 2 workers"):
+        Scenario("x", num_workers=2, slowdowns=((SpeedSchedule((0,), (1,)),),))
 
 
 @pytest.mark.parametrize("text, match", [
