@@ -31,7 +31,7 @@ from cluster_sim.sim_clock import EventClock
 from cluster_sim.sim_model import MLP
 from cluster_sim.sim_workers import Network, make_scenario
 
-_ARRIVE, _APPLY = 0, 1
+_ARRIVE, _APPLY, _READ = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,9 +39,14 @@ class SimConfig:
     """One simulated run. Training defaults are those of `cluster_sim.harness.RunConfig`.
 
     Timing: a step of ``b`` samples on a worker at speed ``s`` computes for
-    ``b * us_per_sample / s`` plus ``step_overhead_s`` (framework cost per step, not scaled
-    by speed), then communicates for the `Network` time; the PS serves pushes one at a
-    time, ``ps_service_s`` each. ``chunk_pushes`` > 0 reproduces the harness's training in
+    ``b * us_per_sample / s`` plus framework costs not scaled by speed: ``read_overhead_s``
+    before it reads the parameters (e.g. the chief dispatching the step) and
+    ``step_overhead_s`` after, then communicates for the `Network` time; the PS serves pushes one at a
+    time, ``ps_service_s`` each; a worker held at the k-sync gate starts ``gate_latency_s``
+    after the version it waits for exists. ``input_before_read`` puts the scenario's
+    per-sample time before the worker reads the parameters (the harness injects it into
+    the input pipeline), so only the overhead and the network count toward staleness.
+    ``chunk_pushes`` > 0 reproduces the harness's training in
     ``model.fit`` chunks: after that many steps the workers drain, the model is
     evaluated, and ``chunk_overhead_s`` passes before the next chunk.
     """
@@ -56,9 +61,12 @@ class SimConfig:
     slow_mean: float = 4.0
     us_per_sample: float = 300.0
     step_overhead_s: float = 0.0
+    read_overhead_s: float = 0.0
     bandwidth_gbps: float | None = 10.0
     latency_s: float = 50e-6
     ps_service_s: float = 0.0
+    gate_latency_s: float = 0.0
+    input_before_read: bool = False
     batch_size: int = 32
     learning_rate: float = 0.05
     momentum: float = 0.9
@@ -82,7 +90,7 @@ class SimConfig:
         if not (self.max_pushes or self.max_updates or self.max_time_s):
             raise ValueError("give at least one of max_pushes, max_updates, max_time_s, or "
                              "the simulation never ends")
-        for name in ("step_overhead_s", "ps_service_s", "chunk_overhead_s"):
+        for name in ("step_overhead_s", "read_overhead_s", "ps_service_s", "chunk_overhead_s", "gate_latency_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -190,22 +198,34 @@ class Simulation:
         self._idle = set()  # workers stopped by the end of a chunk
 
     # -- workers --------------------------------------------------------------------------
-    def _start(self, w):
+    def _start(self, w, delay=0.0):
+        """Worker ``w`` takes a step now (its first ``delay`` seconds idle)."""
         c = self.config
         if c.chunk_pushes and self._chunk_started >= c.chunk_pushes:
             self._idle.add(w)
             return
         self._chunk_started += 1
         self._inflight += 1
-        now = self.clock.now
+        now = self.clock.now + delay
         b = self.batch_sizes[w]
         self.rows[w] = self.stream.take(w, b)
+        compute = self.scenario.compute_time(w, now, b)
+        self.step_time[w] = (compute + c.read_overhead_s + c.step_overhead_s
+                             + self.network.step_s)
+        before_read = c.read_overhead_s + (compute if c.input_before_read else 0.0)
+        if before_read:
+            self.clock.schedule(now + before_read, (_READ, w))
+        elif delay:
+            self.clock.schedule(now, (_READ, w))
+        else:
+            self._read(w)
+        self.clock.schedule(now + self.step_time[w], (_ARRIVE, w))
+
+    def _read(self, w):
+        """``w`` reads the parameters: its gradient will be that of the current version."""
         self.read_version[w] = self.state.version
         self.requests.append(w)
         self.requested[w] = True
-        t = (self.scenario.compute_time(w, now, b) + c.step_overhead_s + self.network.step_s)
-        self.step_time[w] = t
-        self.clock.schedule(now + t, (_ARRIVE, w))
 
     def _flush(self):
         """Compute every requested gradient from the current parameters, in one call."""
@@ -230,7 +250,7 @@ class Simulation:
             ready = sorted(w for w in self.waiting if self.state.may_start(w))
             for w in ready:
                 self.waiting.discard(w)
-                self._start(w)
+                self._start(w, self.config.gate_latency_s)
 
     # -- parameter server -----------------------------------------------------------------
     def _apply_push(self, w):
@@ -355,6 +375,9 @@ class Simulation:
         seen = 0
         while self.clock and not self._done():
             t, (kind, w) = self.clock.pop()
+            if kind == _READ:
+                self._read(w)
+                continue
             if kind == _ARRIVE and c.ps_service_s > 0:
                 # The PS applies pushes one at a time, in arrival order.
                 self.ps_free = max(t, self.ps_free) + c.ps_service_s
