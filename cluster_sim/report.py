@@ -18,6 +18,9 @@ i.e. when at least half the seeds (strictly more than half for an odd count) mis
 a reported TTA is one that most seeds achieved, and ``tta_reached`` says how many did.
 Other metrics are plain medians over the seeds that report them.
 
+Rebuild a report from a run's results.json (e.g. after changing the plots):
+``python -m cluster_sim.report runs/static``.
+
 Example:
 
 ```python
@@ -33,10 +36,11 @@ import csv
 import json
 import math
 import pathlib
+import sys
 
 import numpy as np
 
-__all__ = ["summarise", "write_report", "format_table", "markdown_table", "median_tta",
+__all__ = ["summarise", "write_report", "load_results", "main", "format_table", "markdown_table", "median_tta",
            "TTA_DEFINITION", "REQUIRED_KEYS"]
 
 REQUIRED_KEYS = ("policy", "tta_s", "final_accuracy", "wall_s", "samples_per_s",
@@ -200,7 +204,8 @@ def write_report(run_dir, results, title: str | None = None, scenario=None,
                  meta: dict | None = None) -> list[dict]:
     """Write results.json, curves.csv, report.md and PNG plots into ``run_dir``.
 
-    ``scenario`` (a `cluster_sim.scenarios.Scenario`) and ``meta`` (any JSON-able dict,
+    ``scenario`` (a `cluster_sim.scenarios.Scenario`, or the dict a results.json holds
+    for it) and ``meta`` (any JSON-able dict,
     e.g. the command line) are recorded in results.json and the report header. Returns
     the `summarise` output. Raises ``ValueError`` on malformed results before writing.
     """
@@ -208,7 +213,9 @@ def write_report(run_dir, results, title: str | None = None, scenario=None,
     out = pathlib.Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     header = {"title": title, "tta_definition": TTA_DEFINITION, "meta": meta or {}}
-    if scenario is not None:
+    if isinstance(scenario, dict):  # as stored in a results.json before
+        header["scenario"] = scenario
+    elif scenario is not None:
         header["scenario"] = {"name": scenario.name, "summary": scenario.summary(),
                               "source": scenario.source,
                               "target_accuracy": scenario.target_accuracy}
@@ -382,3 +389,40 @@ def _plot_batches(path, summaries) -> None:
         ax.legend(fontsize=7, ncol=4)
     axes[-1, 0].set_xlabel("training wall time (s)")
     _save(fig, path)
+
+
+def load_results(run_dir) -> tuple[list[dict], dict]:
+    """The raw per-seed results and the header of a results.json written by `write_report`."""
+    path = pathlib.Path(run_dir) / "results.json"
+    try:
+        data = json.loads(path.read_text())
+        runs = [r for p in data["policies"] for r in p["per_seed"]]
+    except FileNotFoundError:
+        raise ValueError(f"no results.json in {str(run_dir)!r}") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a results.json from cluster_sim.report "
+                         f"({type(err).__name__}: {err})") from None
+    return runs, {k: v for k, v in data.items() if k != "policies"}
+
+
+def main(argv=None) -> int:
+    """``python -m cluster_sim.report RUN_DIR``: rewrite a run's report from results.json."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m cluster_sim.report",
+                                     description=main.__doc__)
+    parser.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    try:
+        runs, header = load_results(args.run_dir)
+        summaries = write_report(args.run_dir, runs, title=header.get("title"),
+                                 scenario=header.get("scenario"), meta=header.get("meta"))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(summaries))
+    print(f"\nreport: {pathlib.Path(args.run_dir) / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -147,3 +147,23 @@ def test_bad_results_fail_clearly_before_writing(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):
         report.write_report(tmp_path / "out", bad)
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_rebuilds_report_from_results_json(tmp_path, capsys):
+    report.write_report(tmp_path, results(), title="again", scenario=load_scenario("pause"))
+    for name in ("report.md", "accuracy.png"):
+        (tmp_path / name).unlink()
+    assert report.main([str(tmp_path)]) == 0
+    assert "Adaptive()" in capsys.readouterr().out
+    md = (tmp_path / "report.md").read_text()
+    assert "# again" in md and "Scenario: pause" in md and (tmp_path / "accuracy.png").stat().st_size
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["policies"][2]["tta_s"] == 12.0 and data["scenario"]["name"] == "pause"
+
+
+def test_cli_errors_clearly(tmp_path, capsys):
+    assert report.main([str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
+    (tmp_path / "results.json").write_text("{}")
+    assert report.main([str(tmp_path)]) == 2
+    assert "not a results.json" in capsys.readouterr().err
