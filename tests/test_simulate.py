@@ -84,6 +84,18 @@ def test_a_slow_worker_sets_the_pace_of_bsp(data):
     assert asp["wall_s"] < 40 * step / 3.0 + 1e-9
 
 
+def test_fit_chunks_and_the_gate_cost_what_they_say(data):
+    step, gate, chunk = 32 * 300e-6, 0.002, 1.0
+    config = quick(max_pushes=16, speeds=(1.0,), bandwidth_gbps=None, latency_s=0.0,
+                   chunk_pushes=8, chunk_overhead_s=chunk, gate_latency_s=gate)
+    r = simulate(ksync.BSP(), config, data)
+    # Two chunks of two rounds; a worker released by the gate starts `gate` later, one
+    # starting a new chunk does not wait at the gate.
+    assert r["wall_s"] == pytest.approx(2 * (2 * step + gate + chunk))
+    assert [c["pushes"] for c in r["curve"]] == [8, 16]
+    assert r["curve"][0]["wall_s"] == pytest.approx(2 * step + gate + chunk)
+
+
 def test_ksync_drops_the_late_gradients_of_a_round(data):
     sim = Simulation(ksync.KSync(k=2), quick(max_pushes=100, speeds=(1.0, 1.0, 0.5, 0.25)),
                      data)
