@@ -56,7 +56,8 @@ class Policy:
             raise ValueError(
                 f"{self!r} needs K={rule.k} gradients per update but the cluster has only "
                 f"{num_workers} worker(s); use K <= {num_workers} or add workers.")
-        self._record(0, rule, "initial rule")
+        self.history = []
+        self.record(0, rule, "initial rule")
         return rule
 
     def _rule(self, num_workers: int) -> Rule:
@@ -66,7 +67,8 @@ class Policy:
         """A new rule given what was measured, or None to keep the current one."""
         return None
 
-    def _record(self, version, rule, reason):
+    def record(self, version, rule, reason):
+        """Note that ``rule`` runs from ``version`` on, and why."""
         if not self.history or self.history[-1][1] != rule:
             self.history.append((version, rule, reason))
 
@@ -250,7 +252,7 @@ class Adaptive(Policy):
                       f"{times[-1] * 1e3:.1f} ms): K-async, staleness bound {bound}")
         if self.history and self.history[-1][1] == rule:
             return None
-        self._record(observation.version, rule, reason)
+        self.record(observation.version, rule, reason)
         return rule
 
     def get_config(self):

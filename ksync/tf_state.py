@@ -97,9 +97,12 @@ class PSUpdateState:
 
     @tf.function
     def gate_state(self):
-        """(version, contributed per worker, wait) for the coordinator's barrier."""
-        return (self.counter_vec[_V], tf.identity(self.contributed),
-                self.rule_vec[_WAIT] > 0)
+        """(version, contributed per worker, round complete) for the coordinator's
+        barrier; the round is complete when it holds K gradients but has not committed,
+        which happens only after K was lowered (a worker died)."""
+        counters = self.counter_vec.read_value()
+        return (counters[_V], tf.identity(self.contributed),
+                counters[_PENDING] >= self.rule_vec[_K])
 
     def set_rule(self, rule: Rule) -> None:
         self._set_rule(tf.constant(_encode(rule), tf.int64))

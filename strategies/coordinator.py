@@ -27,8 +27,9 @@ class _GatedClosureQueue:
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
         self._since_refresh = 0
+        self._live = None  # live workers when last seen
         self._snapshot_lock = threading.Lock()
-        self._snapshot = None  # (generation when the read started, version, contributed)
+        self._snapshot = None  # (generation at read start, version, contributed, complete)
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -43,16 +44,24 @@ class _GatedClosureQueue:
                 self._since_refresh = 0
             self._generation += 1
             self._changed.notify_all()
+            coordinator = getattr(strategy, "coordinator", None)
+            live = tuple(coordinator.live_workers()) if coordinator else None
+            due = due or live != self._live
         if due:
-            self._refresh()
+            self._refresh(live)
 
-    def _refresh(self):
+    def _refresh(self, live=None):
         # An exception here would kill the coordinator's worker thread and hang training.
         try:
-            self._strategy.refresh_rule()
+            if self._strategy.refresh_rule() and live is not None:
+                self._live = live
         except Exception:  # pylint: disable=broad-except
             logging.exception("ksync: could not refresh the synchronisation rule; "
                               "keeping %s", self._strategy.rule.describe())
+        with self._changed:
+            # A new rule (e.g. K lowered to the live workers) may open the gate.
+            self._generation += 1
+            self._changed.notify_all()
 
     def _gate_snapshot(self, seen):
         """PS (version, contributed) read no earlier than step generation ``seen``.
@@ -64,8 +73,8 @@ class _GatedClosureQueue:
             if self._snapshot is None or self._snapshot[0] < seen:
                 with self._changed:
                     started = self._generation
-                version, contributed, _ = self._strategy._state.gate_state()
-                self._snapshot = (started, int(version), contributed.numpy())
+                version, contributed, complete = self._strategy._state.gate_state()
+                self._snapshot = (started, int(version), contributed.numpy(), bool(complete))
             return self._snapshot[1:]
 
     def _may_start(self, worker, seen):
@@ -75,12 +84,14 @@ class _GatedClosureQueue:
         if not self._strategy.rule.wait:
             return True
         try:
-            version, contributed = self._gate_snapshot(seen)
+            version, contributed, complete = self._gate_snapshot(seen)
         except Exception:  # pylint: disable=broad-except
             # PS unreachable: let the closure run, so TensorFlow's own failure handling
             # (retry, or report to the user) sees the error instead of a silent wait.
             return True
-        return int(contributed[worker]) != version
+        # A worker waits only while the round it joined still needs others' gradients;
+        # a round that became complete when K was lowered commits on the next push.
+        return int(contributed[worker]) != version or complete
 
     def get(self, timeout=None, tag=None):
         if tag is not None:

@@ -29,6 +29,7 @@ strategy; with K-sync, K steps make one update. ``optimizer.iterations`` counts 
 """
 
 import contextlib
+import dataclasses
 import sys
 import threading
 
@@ -133,6 +134,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         super().__init__(cluster_resolver, variable_partitioner)
         self._extended.__class__ = _KSyncExtended
         self._policy = policy
+        self._policy_rule = rule  # what the policy asks for; _rule is what runs
         self._rule = rule
         self._num_worker_tasks = num_workers
         self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0")
@@ -185,35 +187,40 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
     def _live_workers(self):
         return self.coordinator.live_workers()
 
-    def refresh_rule(self) -> None:
-        """Give the policy the measurements since the last refresh; apply its new rule.
+    def refresh_rule(self) -> bool:
+        """Give the policy the measurements since the last refresh, cap K at the live
+        workers, and apply the resulting rule.
 
-        Called by the coordinator as training runs; safe to call from any thread."""
+        Called by the coordinator as training runs (every ``policy.refresh_every``
+        steps, when the set of live workers changes, and while workers wait in vain);
+        safe to call from any thread. Returns False if another thread was refreshing."""
         if not self._rule_lock.acquire(blocking=False):
-            return
+            return False
         try:
             counters = self._state.counters()
             live = tuple(self._live_workers())
-            rule = self._rule
+            version = counters["version"]
+            previous = self._observed
+            if previous is None:
+                self._observed = counters
+            elif (self._policy.refresh_every
+                  and version - previous["version"] >= self._policy.refresh_every):
+                proposed = self._policy.observe(_observation(previous, counters, live))
+                if proposed is not None:
+                    self._policy_rule = proposed
+                self._observed = counters
+            rule = self._policy_rule
             if rule.k > len(live) > 0:
                 # A K the live workers cannot reach would stall every round.
-                rule = ksync.Rule(k=len(live), wait=rule.wait,
-                                  max_staleness=rule.max_staleness,
-                                  stale_action=rule.stale_action)
-                self._policy._record(int(counters["version"]), rule,
-                                     f"K lowered to the {len(live)} live worker(s)")
-            previous = self._observed
-            if previous is not None and self._policy.refresh_every:
-                if counters["version"] - previous["version"] >= self._policy.refresh_every:
-                    observation = _observation(previous, counters, live)
-                    proposed = self._policy.observe(observation)
-                    if proposed is not None:
-                        rule = proposed if proposed.k <= max(1, len(live)) else rule
-                    self._observed = counters
-            else:
-                self._observed = counters
+                rule = dataclasses.replace(rule, k=len(live))
             if rule != self._rule:
+                if rule != self._policy_rule:
+                    reason = f"K capped at the {len(live)} live worker(s)"
+                else:
+                    reason = "policy rule restored with all its workers live"
+                self._policy.record(version, rule, reason)
                 self._set_rule(rule)
+            return True
         finally:
             self._rule_lock.release()
 
