@@ -46,6 +46,7 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 DEFAULT_CHIEF_TIMEOUT_S = 120.0
 DEFAULT_CHECK_TIMEOUT_S = 10.0
+_SILENT_AFTER_S = 5.0  # ten poll intervals of a server at the default --poll
 
 # Run the user's command through this shim so it gets SIGTERM if the launcher dies (even
 # by SIGKILL): prctl(PR_SET_PDEATHSIG) must be set in the child, and preexec_fn is unsafe
@@ -257,20 +258,27 @@ def run_chief(config: TFConfig, control: str, command: list[str], args, log: _Lo
         if child is not None and child.poll() is None:
             child.kill()
             child.wait()
-        _shut_down(server, targets, rc, reason, args.shutdown_timeout, log)
+        # Every task that is up (even one that has not polled yet, if the script was
+        # quick) must fetch "done" before we leave; one never up cannot be waited for.
+        expected = [t for t, a in targets.items() if t in server.seen() or probe(a, 0.5) is None]
+        _shut_down(server, targets, expected, rc, reason, args.shutdown_timeout, log)
 
 
-def _shut_down(server: ControlServer, targets: dict, rc: int, reason: str,
+def _shut_down(server: ControlServer, targets: dict, expected: list, rc: int, reason: str,
                timeout_s: float, log: _Log) -> None:
     started = time.monotonic()
     server.finish(rc, reason)
-    # Only tasks that ever polled can hear us; the others were never up.
-    expected = [t for t in targets if t in server.seen()]
-    server.expected = expected
-    missing = server.wait_acknowledged(timeout_s)
+    # A task up but silent a few poll intervals after its port opened was not started
+    # through ksync-launch (e.g. a bare tf.distribute.Server): nobody to wait for.
+    silent = server.wait_seen(expected, min(timeout_s, _SILENT_AFTER_S))
+    if silent:
+        log(f"note: {', '.join(silent)} never polled the control endpoint (not started with "
+            "ksync-launch?); stop them yourself")
+    server.expected = [t for t in expected if t not in silent]
+    missing = server.wait_acknowledged(max(0.0, timeout_s - (time.monotonic() - started)))
     still_up = {}
     deadline = started + timeout_s
-    pending = {t: targets[t] for t in expected if t not in missing}
+    pending = {t: targets[t] for t in server.expected if t not in missing}
     while pending and time.monotonic() < deadline:
         pending = {t: a for t, a in pending.items() if probe(a, 0.5) is None}
         if pending:
@@ -282,7 +290,7 @@ def _shut_down(server: ControlServer, targets: dict, rc: int, reason: str,
             f"{', '.join(sorted({*missing, *still_up}))} (they stop by themselves once the "
             "chief has been gone for their --chief-grace)")
     else:
-        log(f"shut down {len(expected)} task(s) in {time.monotonic() - started:.2f} s")
+        log(f"shut down {len(server.expected)} task(s) in {time.monotonic() - started:.2f} s")
 
 
 # -- command line ---------------------------------------------------------------------------

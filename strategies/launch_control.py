@@ -166,7 +166,7 @@ class ControlServer:
             self._seen.add(task)
             if self._state["state"] == "done":
                 self._acknowledged.add(task)
-                self._changed.notify_all()
+            self._changed.notify_all()
             return dict(self._state)
 
     def set_running(self) -> None:
@@ -185,10 +185,17 @@ class ControlServer:
 
     def wait_acknowledged(self, timeout_s: float) -> list[str]:
         """Wait until every expected task fetched ``done``; return those that did not."""
+        return self._wait(self._acknowledged, self.expected, timeout_s)
+
+    def wait_seen(self, tasks: list[str], timeout_s: float) -> list[str]:
+        """Wait until each of ``tasks`` has polled at least once; return those that did not."""
+        return self._wait(self._seen, tasks, timeout_s)
+
+    def _wait(self, done: set, tasks: list[str], timeout_s: float) -> list[str]:
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while True:
-                missing = [t for t in self.expected if t not in self._acknowledged]
+                missing = [t for t in tasks if t not in done]
                 left = deadline - time.monotonic()
                 if not missing or left <= 0:
                     return missing
