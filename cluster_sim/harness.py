@@ -55,7 +55,7 @@ def run_policy(cluster, policy, config: RunConfig, data=None, progress=None) -> 
             mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=config.seed),
             keras.optimizers.SGD(config.learning_rate, momentum=config.momentum))
     dataset_fn = slowed_dataset_fn(
-        data.dataset_fn(config.batch_size, shuffle_seed=config.seed),
+        data.dataset_fn(None, shuffle_seed=config.seed),
         config.us_per_sample, config.speeds, config.batch_size)
     creator = keras.utils.experimental.DatasetCreator(dataset_fn)
     curve = []  # (wall s, pushes, version, loss, accuracy)

@@ -35,26 +35,33 @@ class Dataset:
     def num_classes(self) -> int:
         return int(self.y_train.max()) + 1
 
-    def dataset_fn(self, batch_size: int, num_shards: int | None = None,
+    def dataset_fn(self, batch_size: int | None, num_shards: int | None = None,
                    shuffle_seed: int | None = 0, repeat: bool = True):
-        """A ``dataset_fn`` giving each worker its own shard (by worker index), batched.
+        """A ``dataset_fn`` for workers, batched (or single examples with
+        ``batch_size=None``, for the strategy to batch).
 
-        With ``num_shards`` None every worker reads the whole training set (in its own
-        shuffled order); otherwise worker ``i`` reads rows ``i::num_shards``.
+        With ``num_shards`` None every worker reads the whole training set, each in its
+        own order (seeded by ``shuffle_seed`` and the worker index, new every pass);
+        otherwise worker ``i`` reads rows ``i::num_shards``. ``shuffle_seed=None`` keeps
+        the stored order.
         """
         x, y = self.x_train, self.y_train
 
         def dataset_fn(_input_context=None):
             import tensorflow as tf
-            ds = tf.data.Dataset.from_tensor_slices((x, y))
+            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+            rows = tf.range(len(x), dtype=tf.int64)
             if num_shards:
-                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-                ds = ds.shard(num_shards, worker)
-            if shuffle_seed is not None:
-                ds = ds.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
-            if repeat:
-                ds = ds.repeat()
-            return ds.batch(batch_size, drop_remainder=True)
+                rows = rows[worker::num_shards]
+            passes = tf.data.Dataset.range(2**62 if repeat else 1)
+            if shuffle_seed is None:
+                order = passes.map(lambda _pass: rows)
+            else:
+                # Same seed on every worker would hand all of them the same batches.
+                order = passes.map(lambda p: tf.random.experimental.stateless_shuffle(
+                    rows, seed=tf.stack([shuffle_seed * 7919 + worker, p])))
+            ds = order.unbatch().map(lambda i: (tf.gather(x, i), tf.gather(y, i)))
+            return ds if batch_size is None else ds.batch(batch_size, drop_remainder=True)
 
         return dataset_fn
 

@@ -35,7 +35,7 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
                    ("version", "pushed", "applied", "dropped", "pending", "k")}
         scalars["ksync_staleness_p95"] = t["staleness_p95"] or 0
         for w, stats in enumerate(t["workers"]):
-            for key in ("samples_per_s", "iteration_time", "last_batch_size"):
+            for key in ("samples_per_s", "step_time", "batch_size"):
                 if stats[key] is not None:
                     scalars[f"ksync_worker{w}_{key}"] = stats[key]
         if logs is not None:

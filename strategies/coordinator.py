@@ -11,6 +11,7 @@ worker could leave a scheduled function hanging.
 
 import logging
 import threading
+import time
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
@@ -21,9 +22,14 @@ _RECHECK_S = 0.5
 class _GatedClosureQueue:
     """Delegates to TensorFlow's closure queue; `get` first waits at the k-sync gate."""
 
-    def __init__(self, queue, strategy):
+    def __init__(self, queue, strategy, num_workers):
         self._queue = queue
         self._strategy = strategy
+        # Wall time each worker spent executing closures (input, compute, push): the
+        # iteration time policies and the batch allocator see, slowdowns included.
+        self.busy_s = [0.0] * num_workers
+        self.steps = [0] * num_workers
+        self._started = {}
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
         self._since_refresh = 0
@@ -38,7 +44,7 @@ class _GatedClosureQueue:
         strategy = self._strategy
         with self._changed:
             self._since_refresh += 1
-            every = strategy.policy.refresh_every
+            every = strategy.refresh_every
             due = bool(every) and self._since_refresh >= every
             if due:
                 self._since_refresh = 0
@@ -95,6 +101,10 @@ class _GatedClosureQueue:
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
+            started = self._started.pop(tag, None)
+            if started is not None:
+                self.busy_s[tag] += time.monotonic() - started
+                self.steps[tag] += 1
             self._step_finished()
             while True:
                 with self._changed:
@@ -109,7 +119,11 @@ class _GatedClosureQueue:
                     # Nothing finished for a while: a worker may have died, and K may
                     # have to follow the live workers for the round to complete.
                     self._refresh()
-        return self._queue.get(timeout=timeout, tag=tag)
+        closure = self._queue.get(timeout=timeout, tag=tag)
+        if tag is not None and closure is not None and not isinstance(
+                closure, cc.ResourceClosure):
+            self._started[tag] = time.monotonic()
+        return closure
 
 
 class KSyncCoordinator(cc.ClusterCoordinator):
@@ -119,8 +133,13 @@ class KSyncCoordinator(cc.ClusterCoordinator):
         initialised = getattr(self, "_has_initialized", False)
         super().__init__(strategy)
         if not initialised:
-            self._cluster.closure_queue = _GatedClosureQueue(self._cluster.closure_queue,
-                                                             strategy)
+            self._cluster.closure_queue = _GatedClosureQueue(
+                self._cluster.closure_queue, strategy, len(self._cluster.workers))
+
+    def worker_busy(self):
+        """(seconds each worker spent executing steps, steps each executed)."""
+        queue = self._cluster.closure_queue
+        return list(queue.busy_s), list(queue.steps)
 
     def live_workers(self):
         """Indices of workers with no unrecovered failure."""

@@ -33,15 +33,16 @@ import dataclasses
 import sys
 import threading
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.distribute import parameter_server_strategy_v2 as pss_v2
 
 import ksync
 from ksync.tf_state import PSUpdateState
+from predictor.schedule import AllocationSchedule
+from strategies.allocation import BatchAllocation
 from strategies.compat import check_tensorflow_version
 from strategies.coordinator import KSyncCoordinator
-from strategies.telemetry import build_telemetry
+from strategies.telemetry import build_telemetry, staleness_quantile
 
 check_tensorflow_version()
 
@@ -109,9 +110,21 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
       policy: a `ksync.Policy` or its name ("bsp", "asp", "ssp", "ksync", "kasync",
         "backup", "adaptive"); default `ksync.Adaptive()`.
       variable_partitioner: as for the stock strategy (only with one PS task).
+      batch_allocation: a `predictor.BatchAllocator` to give each worker its own batch
+        size in proportion to its speed (the dataset_fn must then return unbatched
+        examples; see `strategies.allocation`). None: the input's own batches.
+      forecaster: a fitted `predictor.Forecaster` predicting each worker's speed for
+        the allocation, e.g. `predictor.GRUSmoothingForecaster.default()`.
+      allocation_mode: "static" (profile, then keep the first allocation), "last"
+        (re-allocate from the last measured speeds) or "forecast" (the default when a
+        forecaster is given).
+      allocate_every: updates between two allocations (R); the first allocation comes
+        after this many updates at equal sizes (the profiling phase).
     """
 
-    def __init__(self, cluster_resolver, policy=None, variable_partitioner=None):
+    def __init__(self, cluster_resolver, policy=None, variable_partitioner=None,
+                 batch_allocation=None, forecaster=None, allocation_mode=None,
+                 allocate_every: int = 20):
         if not isinstance(cluster_resolver, tf.distribute.cluster_resolver.ClusterResolver):
             raise TypeError("cluster_resolver must be a tf.distribute.cluster_resolver."
                             "ClusterResolver (e.g. TFConfigClusterResolver()), got "
@@ -129,8 +142,18 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         if num_ps != 1:
             raise ValueError(f"KSyncStrategy needs exactly one 'ps' task (it serialises "
                              f"updates on it); the cluster has {num_ps}.")
-        # Validate before connecting, so a bad K fails fast and without network.
+        # Validate before connecting, so bad settings fail fast and without network.
         rule = policy.rule(num_workers)
+        schedule = None
+        if batch_allocation is not None:
+            if not isinstance(allocate_every, int) or allocate_every < 1:
+                raise ValueError(f"allocate_every must be an integer >= 1, got "
+                                 f"{allocate_every!r}.")
+            schedule = AllocationSchedule(batch_allocation, forecaster, allocation_mode)
+            batch_allocation.check_feasible(num_workers)
+        elif forecaster is not None or allocation_mode is not None:
+            raise ValueError("forecaster and allocation_mode need batch_allocation="
+                             "predictor.BatchAllocator(global_batch, ...).")
         super().__init__(cluster_resolver, variable_partitioner)
         self._extended.__class__ = _KSyncExtended
         self._policy = policy
@@ -141,8 +164,32 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         # Adaptive rules may reach K = 1 later, so only static K = 1 takes the short path.
         self._direct = rule.k == 1 and type(policy).observe is ksync.Policy.observe
         self._rule_lock = threading.Lock()
-        self._observed = None  # counters at the last refresh
+        self._observed = None  # (counters, busy seconds, steps) at the last observation
+        self._allocated = None  # the same at the last allocation
+        self._allocate_every = allocate_every
         self.coordinator = KSyncCoordinator(self)
+        self._allocation = None
+        if schedule is not None:
+            self._allocation = BatchAllocation(self, schedule, num_workers,
+                                               "/job:ps/replica:0/task:0")
+
+    @property
+    def refresh_every(self) -> int:
+        """Steps between two `refresh_rule` calls by the coordinator (0: none due)."""
+        periods = [p for p in (self._policy.refresh_every,
+                               self._allocate_every if self._allocation else 0) if p]
+        return min(periods) if periods else 0
+
+    # -- input ----------------------------------------------------------------------------
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        if self._allocation is not None:
+            dataset_fn = self._allocation.wrap_dataset_fn(dataset_fn)
+        return super().distribute_datasets_from_function(dataset_fn, options)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        if self._allocation is not None:
+            self._allocation.refuse_dataset()
+        return super().experimental_distribute_dataset(dataset, options)
 
     # -- the push -----------------------------------------------------------------------
     def run(self, fn, args=(), kwargs=None, options=None):
@@ -167,8 +214,11 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             grads = [g for _, _, g in updates]
             with tf.control_dependencies(grads):
                 elapsed = tf.timestamp() - marks["start"]
+            worker = _current_worker()
             state.push(updates, marks["version"], _batch_size(args, kwargs), elapsed,
-                       _current_worker(), direct=self._direct)
+                       worker, direct=self._direct)
+            if self._allocation is not None:
+                self._allocation.sync_local(worker)
         return outputs
 
     # -- policy ---------------------------------------------------------------------------
@@ -188,27 +238,26 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         return self.coordinator.live_workers()
 
     def refresh_rule(self) -> bool:
-        """Give the policy the measurements since the last refresh, cap K at the live
-        workers, and apply the resulting rule.
+        """Give the policy the measurements since its last observation, cap K at the
+        live workers and apply the resulting rule; re-allocate batch sizes when due.
 
-        Called by the coordinator as training runs (every ``policy.refresh_every``
-        steps, when the set of live workers changes, and while workers wait in vain);
-        safe to call from any thread. Returns False if another thread was refreshing."""
+        Called by the coordinator as training runs (every `refresh_every` steps, when
+        the set of live workers changes, and while workers wait in vain); safe to call
+        from any thread. Returns False if another thread was refreshing."""
         if not self._rule_lock.acquire(blocking=False):
             return False
         try:
-            counters = self._state.counters()
+            now = (self._state.counters(), *self.coordinator.worker_busy())
             live = tuple(self._live_workers())
-            version = counters["version"]
-            previous = self._observed
-            if previous is None:
-                self._observed = counters
-            elif (self._policy.refresh_every
-                  and version - previous["version"] >= self._policy.refresh_every):
-                proposed = self._policy.observe(_observation(previous, counters, live))
+            version = now[0]["version"]
+            if self._observed is None:
+                self._observed = now
+            elif (self._policy.refresh_every and version - self._observed[0]["version"]
+                  >= self._policy.refresh_every):
+                proposed = self._policy.observe(_observation(self._observed, now, live))
                 if proposed is not None:
                     self._policy_rule = proposed
-                self._observed = counters
+                self._observed = now
             rule = self._policy_rule
             if rule.k > len(live) > 0:
                 # A K the live workers cannot reach would stall every round.
@@ -220,25 +269,43 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                     reason = "policy rule restored with all its workers live"
                 self._policy.record(version, rule, reason)
                 self._set_rule(rule)
+            if self._allocation is not None:
+                self._maybe_allocate(now)
             return True
         finally:
             self._rule_lock.release()
 
+    def _maybe_allocate(self, now):
+        if self._allocated is None:
+            self._allocated = now
+            return
+        if now[0]["version"] - self._allocated[0]["version"] < self._allocate_every:
+            return
+        samples = now[0]["worker_samples"] - self._allocated[0]["worker_samples"]
+        busy = [b - a for a, b in zip(self._allocated[1], now[1])]
+        speeds = [s / t if t > 0 and s > 0 else None for s, t in zip(samples, busy)]
+        sizes = self._allocation.schedule.observe(now[0]["version"], speeds)
+        if sizes is not None:
+            self._allocation.set_sizes(sizes)
+        self._allocated = now
+
     def telemetry(self) -> dict:
-        """Counters, per-worker speed and staleness, and the policy's rule over time."""
-        return build_telemetry(self._state.counters(), self._policy, self._rule)
+        """Counters, per-worker speed, staleness and batch size, the policy's rule over
+        time and, with batch allocation, the allocation history."""
+        busy, steps = self.coordinator.worker_busy()
+        schedule = self._allocation.schedule if self._allocation else None
+        return build_telemetry(self._state.counters(), self._policy, self._rule,
+                               busy, steps, schedule)
 
 
-def _observation(previous, counters, live):
-    pushes = counters["worker_pushes"] - previous["worker_pushes"]
-    time = counters["worker_time"] - previous["worker_time"]
-    times = tuple(float(t / p) if p > 0 else None for t, p in zip(time, pushes))
-    hist = counters["staleness_hist"].sum(axis=0) - previous["staleness_hist"].sum(axis=0)
-    p95 = None
-    if hist.sum() > 0:
-        p95 = float(np.searchsorted(np.cumsum(hist), 0.95 * hist.sum()))
+def _observation(previous, now, live):
+    """What changed between two (counters, busy seconds, steps) snapshots."""
+    (before, busy_before, steps_before), (counters, busy, steps) = previous, now
+    times = tuple((b - a) / (n - m) if n > m else None
+                  for a, b, m, n in zip(busy_before, busy, steps_before, steps))
+    hist = counters["staleness_hist"].sum(axis=0) - before["staleness_hist"].sum(axis=0)
     return ksync.Observation(version=int(counters["version"]), iteration_times=times,
-                             live_workers=live, staleness_p95=p95)
+                             live_workers=live, staleness_p95=staleness_quantile(hist, 0.95))
 
 
 def _batch_size(args, kwargs):

@@ -11,8 +11,13 @@ def staleness_quantile(hist, q):
     return int(np.searchsorted(np.cumsum(hist), q * total))
 
 
-def build_telemetry(counters: dict, policy, rule) -> dict:
+def build_telemetry(counters: dict, policy, rule, busy_s=None, steps=None,
+                    schedule=None) -> dict:
     """A plain dict: global counters, per-worker series, and the policy's rule history.
+
+    Per worker, ``step_time`` and ``samples_per_s`` come from the coordinator's wall
+    time per step (input pipeline, compute and push: what a slowdown affects);
+    ``compute_time`` is measured inside the step, from its start to the gradients.
 
     Example:
 
@@ -24,18 +29,26 @@ def build_telemetry(counters: dict, policy, rule) -> dict:
     """
     c = counters
     workers = []
-    for w in range(len(c["worker_pushes"])):
+    num_workers = len(c["worker_pushes"])
+    busy_s = busy_s or [0.0] * num_workers
+    steps = steps or [0] * num_workers
+    for w in range(num_workers):
         pushes = int(c["worker_pushes"][w])
         busy = float(c["worker_time"][w])
         hist = c["staleness_hist"][w]
         workers.append({
             "pushes": pushes,
+            "step_time": busy_s[w] / steps[w] if steps[w] else None,
+            "busy_s": busy_s[w],
+            "batch_size": schedule.sizes[w] if schedule is not None else None,
             "dropped": int(c["worker_dropped"][w]),
-            "iteration_time": busy / pushes if pushes else None,
+            "compute_time": busy / pushes if pushes else None,
             "last_iteration_time": float(c["worker_last_time"][w]) if pushes else None,
             "last_batch_size": float(c["worker_last_samples"][w]) if pushes else None,
             "samples": float(c["worker_samples"][w]),
-            "samples_per_s": float(c["worker_samples"][w]) / busy if busy > 0 else None,
+            "samples_per_s": float(c["worker_samples"][w]) / busy_s[w] if busy_s[w] > 0
+            else None,
+            "compute_samples_per_s": float(c["worker_samples"][w]) / busy if busy > 0 else None,
             "staleness_histogram": hist.tolist(),
             "staleness_p50": staleness_quantile(hist, 0.5),
             "staleness_p95": staleness_quantile(hist, 0.95),
@@ -60,4 +73,7 @@ def build_telemetry(counters: dict, policy, rule) -> dict:
         "explanation": policy.explain(),
         "k_history": [{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
                        "reason": why} for v, r, why in policy.history],
+        "allocation": None if schedule is None else {
+            "mode": schedule.mode, "sizes": list(schedule.sizes or []),
+            "history": list(schedule.history)},
     }

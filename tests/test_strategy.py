@@ -160,3 +160,55 @@ def test_keras3_model_is_refused_with_tf_keras_hint(cluster):
     with pytest.raises(TypeError, match="tf_keras"):
         with strategy.scope():
             keras3.Sequential([keras3.layers.Input((4,)), keras3.layers.Dense(2)])
+
+
+def test_batch_allocation_balances_a_worker_slowed_3x(cluster):
+    """One worker slowed 3x by an injected delay that scales with its samples: after
+    the profiling phase its batch is about a third of the others' and step times even out."""
+    import predictor
+    from cluster_sim.slowdown import slowed_dataset_fn
+
+    speeds = [1.0, 1.0, 1 / 3]
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.BSP(),
+                             batch_allocation=predictor.BatchAllocator(96, min_batch=4),
+                             allocation_mode="last", allocate_every=5)
+    with strategy.scope():
+        model = compile_classifier(mlp(DATA.num_features, DATA.num_classes),
+                                   keras.optimizers.SGD(0.1))
+    dataset_fn = slowed_dataset_fn(DATA.dataset_fn(None), us_per_sample=1500, speeds=speeds)
+    creator = keras.utils.experimental.DatasetCreator(dataset_fn)
+    model.fit(creator, epochs=1, steps_per_epoch=90, verbose=0)    # profile + allocate
+    before = strategy.telemetry()
+    model.fit(creator, epochs=1, steps_per_epoch=90, verbose=0)
+    after = strategy.telemetry()
+    sizes = after["allocation"]["sizes"]
+    assert sum(sizes) == 96 and after["allocation"]["history"][0]["stage"] == "profile"
+    assert 0.2 < sizes[2] / np.mean(sizes[:2]) < 0.5, sizes
+    step_times = [(a["busy_s"] - b["busy_s"]) / (a["pushes"] - b["pushes"])
+                  for a, b in zip(after["workers"], before["workers"])]
+    assert max(step_times) / min(step_times) < 1.3, step_times
+    assert after["dropped"] == 0
+    assert after["applied"] + after["pending"] == after["pushed"]
+    # samples are weighted: each update averages the round's examples
+    assert sum(w["samples"] for w in after["workers"]) > 0
+
+
+def test_batch_allocation_refuses_batched_input(cluster):
+    import predictor
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP(),
+                             batch_allocation=predictor.BatchAllocator(64, min_batch=4))
+    with strategy.scope():
+        model = compile_classifier(mlp(DATA.num_features, DATA.num_classes),
+                                   keras.optimizers.SGD(0.1))
+    with pytest.raises(ValueError, match="unbatched examples"):
+        model.fit(keras.utils.experimental.DatasetCreator(DATA.dataset_fn(32)), epochs=1,
+                  steps_per_epoch=3, verbose=0)
+
+
+def test_allocation_settings_are_validated(cluster):
+    import predictor
+    with pytest.raises(ValueError, match="infeasible"):
+        KSyncStrategy(cluster.resolver(), batch_allocation=predictor.BatchAllocator(
+            8, min_batch=4))
+    with pytest.raises(ValueError, match="need batch_allocation"):
+        KSyncStrategy(cluster.resolver(), allocation_mode="last")

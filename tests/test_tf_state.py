@@ -9,7 +9,9 @@ import tensorflow as tf
 import ksync
 from ksync.tf_state import PSUpdateState
 
-DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+# The local CPU of whatever job this process plays (tests may have connected it to a
+# cluster as the chief).
+DEVICE = "/device:CPU:0"
 
 
 def make_pusher(state, var):

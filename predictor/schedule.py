@@ -1,0 +1,83 @@
+"""When and from what the per-worker batch sizes change: profile, then allocate.
+
+`AllocationSchedule` starts with equal sizes (the profiling phase), makes the first
+allocation from the speeds measured there (the static allocation of Chao et al.), and
+then, depending on ``mode``, keeps it (``"static"``), re-allocates from the last measured
+speeds (``"last"``), or from a forecaster's prediction of the coming window
+(``"forecast"``). Pure numpy: the strategy and the discrete-event simulator share it.
+
+Example:
+
+>>> from predictor.allocator import BatchAllocator
+>>> schedule = AllocationSchedule(BatchAllocator(96, min_batch=4), mode="last")
+>>> schedule.initial(3)
+[32, 32, 32]
+>>> schedule.observe(version=20, speeds=[300.0, 300.0, 100.0])
+[41, 41, 14]
+"""
+
+import math
+
+import numpy as np
+
+MODES = ("static", "last", "forecast")
+
+
+class AllocationSchedule:
+    """Args:
+      allocator: a `predictor.BatchAllocator` (global batch, bounds, hysteresis).
+      forecaster: a fitted `predictor.Forecaster` (e.g. `GRUSmoothingForecaster.default()`);
+        required for mode "forecast".
+      mode: "static", "last" or "forecast" (default: "forecast" with a forecaster,
+        otherwise "last").
+      horizon: steps ahead the forecast covers; the allocation uses their mean.
+    """
+
+    def __init__(self, allocator, forecaster=None, mode=None, horizon: int = 10):
+        mode = mode or ("forecast" if forecaster is not None else "last")
+        if mode not in MODES:
+            raise ValueError(f"allocation mode must be one of {MODES}, got {mode!r}")
+        if mode == "forecast" and forecaster is None:
+            raise ValueError('allocation mode "forecast" needs a forecaster, e.g. '
+                             "predictor.GRUSmoothingForecaster.default(); or use mode='last'")
+        self.allocator = allocator
+        self.forecaster = forecaster
+        self.mode = mode
+        self.horizon = horizon
+        self.sizes = None
+        self.history = []  # dicts: version, stage, measured, forecast, sizes
+
+    def initial(self, num_workers: int) -> list:
+        """Equal sizes for the profiling phase (raises if the bounds are infeasible)."""
+        self.sizes = self.allocator.equal_sizes(num_workers)
+        self.history = [{"version": 0, "stage": "profile", "measured": None,
+                         "forecast": None, "sizes": list(self.sizes)}]
+        return list(self.sizes)
+
+    def observe(self, version: int, speeds) -> list | None:
+        """Measured samples/s per worker over the last window (None or NaN where a
+        worker has no measurement); returns new sizes, or None to keep the current."""
+        measured = np.array([np.nan if s is None else float(s) for s in speeds])
+        profiled = len(self.history) > 1
+        if self.mode == "static" and profiled:
+            return None
+        usable = np.isfinite(measured) & (measured > 0)
+        if not profiled and not usable.all():
+            return None  # keep profiling until every worker has been measured
+        forecast = None
+        target = measured
+        if self.mode == "forecast":
+            # The forecaster carries bad values forward (with a warning) itself.
+            self.forecaster.update(measured.reshape(-1, 1))
+            forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
+            target = forecast
+        sizes = self.allocator.allocate(target)  # warns and falls back on bad speeds
+        stage = "allocate" if profiled else "first allocation from profile"
+        self.history.append({
+            "version": int(version), "stage": stage,
+            "measured": [None if not math.isfinite(m) else float(m) for m in measured],
+            "forecast": None if forecast is None else [float(f) for f in forecast],
+            "sizes": list(sizes)})
+        changed = sizes != self.sizes
+        self.sizes = list(sizes)
+        return list(sizes) if changed else None

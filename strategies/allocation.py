@@ -1,0 +1,62 @@
+"""Per-worker batch sizes inside `KSyncStrategy`: the TensorFlow side.
+
+The allocation lives in a vector variable on the PS (one size per worker). Every step a
+worker copies its own entry into a per-worker variable on itself, and its input pipeline
+(`strategies.batching.dynamic_batches`) reads that local copy when it starts a batch, so
+sizes follow the allocation without the pipeline ever talking to the PS. The chief
+updates the vector from a `predictor.schedule.AllocationSchedule`.
+
+Input contract: with batch allocation the ``dataset_fn`` given to
+`keras.utils.experimental.DatasetCreator` (or to `strategy.distribute_datasets_from_function`)
+returns **unbatched** examples, repeated as needed; the strategy batches them per worker.
+"""
+
+import tensorflow as tf
+
+from strategies.batching import dynamic_batches, looks_batched
+
+_CONTRACT = ("with batch_allocation, dataset_fn must return unbatched examples (the "
+             "strategy batches them per worker at the allocated sizes): remove the "
+             ".batch(...) from your dataset_fn. Pass it as keras.utils.experimental."
+             "DatasetCreator(dataset_fn), or in a custom loop as coordinator."
+             "create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function("
+             "dataset_fn)).")
+
+
+class BatchAllocation:
+    """Sizes on the PS, their per-worker copies, and the batching of worker input."""
+
+    def __init__(self, strategy, schedule, num_workers: int, ps_device: str):
+        self.schedule = schedule
+        initial = schedule.initial(num_workers)
+        with tf.init_scope(), tf.device(ps_device):
+            self.sizes = tf.Variable(tf.constant(initial, tf.int64), trainable=False,
+                                     name="ksync/batch_sizes")
+        with strategy.scope():
+            self.local_size = tf.Variable(initial[0], dtype=tf.int64, trainable=False,
+                                          per_worker_variable=True,
+                                          name="ksync/local_batch_size")
+
+    def set_sizes(self, sizes) -> None:
+        self.sizes.assign(tf.constant(list(sizes), tf.int64))
+
+    def sync_local(self, worker):
+        """Inside a step: copy this worker's allocated size to its local variable."""
+        return self.local_size.assign(tf.gather(self.sizes, worker))
+
+    def wrap_dataset_fn(self, dataset_fn):
+        def batched_dataset_fn(input_context):
+            dataset = dataset_fn(input_context)
+            if not isinstance(dataset, tf.data.Dataset):
+                raise TypeError(f"dataset_fn must return a tf.data.Dataset, got "
+                                f"{type(dataset).__name__}; " + _CONTRACT)
+            if looks_batched(dataset.element_spec):
+                raise ValueError("dataset_fn returned batches "
+                                 f"({dataset.element_spec}); " + _CONTRACT)
+            return dynamic_batches(dataset, self.local_size)
+        return batched_dataset_fn
+
+    @staticmethod
+    def refuse_dataset():
+        raise ValueError("a tf.data.Dataset built on the chief cannot be re-batched per "
+                         "worker; " + _CONTRACT)
