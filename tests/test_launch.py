@@ -118,7 +118,7 @@ def run_job(job, cluster, command_for_chief, launch=LAUNCH, extra_env=None):
     chief_cmd = (launch("chief0") if callable(launch) else launch)
     job.start("chief0", [*chief_cmd, "--timeout", "120", "--", *command_for_chief],
               tf_config(cluster, "chief"), extra_env)
-    rc = job.wait("chief0", 240)
+    rc = job.wait("chief0", 150)
     chief_done = time.monotonic()
     assert rc == 0, f"chief exited with {rc}\n{job.logs()}"
     codes = {name: job.wait(name, 30) for name in job.procs}
@@ -205,6 +205,13 @@ class Namespaces:
         return out
 
     def delete(self):
+        # Kill what still runs inside first: a deleted name does not end a namespace
+        # whose processes live on.
+        for pid in self.pids():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.created = []
@@ -235,7 +242,7 @@ def test_each_task_in_its_own_network_namespace(job, request):
     hosts = {"chief0": "10.200.0.1", "ps0": "10.200.0.2", "worker0": "10.200.0.3",
              "worker1": "10.200.0.4"}
     spaces = Namespaces(hosts)
-    request.addfinalizer(spaces.delete)  # runs after `job` has killed the processes
+    request.addfinalizer(spaces.delete)  # also on failure; kills what runs inside first
     spaces.create()
     cluster = {"chief": ["10.200.0.1:2222"], "ps": ["10.200.0.2:2222"],
                "worker": ["10.200.0.3:2222", "10.200.0.4:2222"]}
@@ -446,3 +453,71 @@ def test_control_address_default_env_and_flag():
     high = TFConfig.parse(tf_config({"chief": ["h:65000"], "ps": ["h:1"], "worker": ["h:2"]},
                                     "ps"))
     assert control_address(high, env={}) == "h:64000"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+def test_signalled_chief_stops_its_script_and_tells_the_servers(job, sig):
+    """SIGTERM reaches the script and the servers hear "done"; after SIGKILL of the
+    launcher the script still dies (parent-death signal) and the servers see it gone."""
+    with socket.socket() as ps, socket.socket() as worker:
+        for sock in (ps, worker):  # stand-ins: the chief only needs their ports to answer
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+        ports = free_ports(2)
+        cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
+                   "ps": [f"127.0.0.1:{ps.getsockname()[1]}"],
+                   "worker": [f"127.0.0.1:{worker.getsockname()[1]}"]}
+        chief = job.start("chief0", [*LAUNCH, "--timeout", "10", "--", sys.executable, "-c",
+                                     "import time; print('script up', flush=True); "
+                                     "time.sleep(120)"],
+                          tf_config(cluster, "chief"), {"KSYNC_CONTROL_PORT": str(ports[1])})
+        watches = [ChiefWatch(f"127.0.0.1:{ports[1]}", t, grace_s=0.5)
+                   for t in ("ps:0", "worker:0")]
+        deadline = time.monotonic() + 30
+        # Like real servers, the watches have seen the chief's launcher before it goes.
+        while "script up" not in job.log("chief0") or None in [w.last_seen for w in watches]:
+            assert time.monotonic() < deadline and chief.poll() is None, job.logs()
+            assert [w.check() for w in watches] == [None, None]
+            time.sleep(0.1)
+        os.kill(chief.pid, sig)
+        verdicts = [None, None]
+        while None in verdicts:
+            assert time.monotonic() < deadline, (
+                f"{verdicts} {[w.last_error for w in watches]} {chief.poll()}\n{job.logs()}")
+            verdicts = [v or w.check() for v, w in zip(verdicts, watches)]
+            time.sleep(0.1)
+    # The stand-in servers are gone now, as real ones exit on their verdict.
+    rc = job.wait("chief0", 15)
+    if sig == signal.SIGTERM:
+        assert rc == 143, job.logs()
+        assert [v[0] for v in verdicts] == [1, 1], verdicts
+        assert "exit code 143" in verdicts[0][1] and "after SIGTERM" in verdicts[0][1]
+    else:
+        assert [v[0] for v in verdicts] == [3, 3], verdicts
+    deadline = time.monotonic() + 10
+    while processes_with(job.token):  # the script's parent-death signal is asynchronous
+        assert time.monotonic() < deadline, f"left running: {processes_with(job.token)}"
+        time.sleep(0.1)
+
+
+def test_tfjob_manifest_runs_the_example_through_the_launcher():
+    yaml = pytest.importorskip("yaml")
+    spec = yaml.safe_load((REPO / "examples" / "tfjob.yaml").read_text())
+    assert spec["kind"] == "TFJob"
+    replicas = spec["spec"]["tfReplicaSpecs"]
+    assert {name: r["replicas"] for name, r in replicas.items()} == {
+        "Chief": 1, "PS": 1, "Worker": 2}
+    for name, r in replicas.items():
+        (container,) = r["template"]["spec"]["containers"]
+        assert container["name"] == "tensorflow" and container["command"][0] == "ksync-launch"
+        if name == "Chief":
+            script = container["command"][container["command"].index("--") + 2]
+            assert (REPO / script).is_file()
+            assert build_parser_accepts(container["command"][1:])
+        else:
+            assert container["command"] == ["ksync-launch"]
+
+
+def build_parser_accepts(argv):
+    from strategies.launch import build_parser
+    return build_parser().parse_args(argv) is not None
