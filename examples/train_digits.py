@@ -17,6 +17,7 @@ The last line printed is ``RESULT {json}`` (accuracy, pushes, updates, seconds);
 """
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -80,6 +81,9 @@ def main(argv=None) -> int:
         isolate_loopback()  # keep the local servers off the machine's real interfaces
         with LocalCluster(num_workers=args.workers) as cluster:
             result = train(KSyncStrategy(cluster.resolver(), policy=args.policy), args)
+            # Free the model's functions while the servers still answer: freed after
+            # they stop, each one logs a "failed to remove function remotely" error.
+            gc.collect()
     line = json.dumps(result)
     print(f"RESULT {line}", flush=True)
     if args.result:

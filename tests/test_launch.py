@@ -67,6 +67,8 @@ class Job:
         env = dict(os.environ, TF_CONFIG=tf_config_json, KSYNC_TEST_RUN=self.token,
                    TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
         env.update(extra_env or {})
+        if tf_config_json is None:
+            del env["TF_CONFIG"]
         log = open(self.tmp_path / f"{name}.log", "wb")
         proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -156,6 +158,17 @@ def test_ps_two_workers_and_chief_on_loopback_train_and_shut_down(job):
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[1]}"],
                "worker": [f"127.0.0.1:{ports[2]}", f"127.0.0.1:{ports[3]}"]}
     run_job(job, cluster, EXAMPLE, extra_env={"KSYNC_CONTROL_PORT": str(ports[4])})
+
+
+def test_example_runs_unchanged_on_one_machine_without_tf_config(job):
+    # No TF_CONFIG: the same script starts its own local cluster through the harness.
+    proc = job.start("local", [*EXAMPLE, "--workers", "2"], None)
+    assert job.wait("local", 150) == 0, job.logs()
+    log = job.log("local")
+    result = json.loads(re.search(r"^RESULT (.*)$", log, re.M).group(1))
+    assert result["pushed"] == 60 and result["workers"] == 2, result
+    assert "remove function remotely" not in log  # torn down in order, no error spam
+    assert proc.returncode == 0 and processes_with(job.token) == [], job.logs()
 
 
 # -- (b) every task in its own network namespace ------------------------------------------
@@ -261,7 +274,7 @@ def test_each_task_in_its_own_network_namespace(job, request):
     # bridge, and the same port on its own loopback leads nowhere.
     job.start("listener", ["ip", "netns", "exec", spaces.ns("ps0"), sys.executable, "-c",
                            "import socket, time; s = socket.socket(); "
-                           "s.bind(('0.0.0.0', 2222)); s.listen(); time.sleep(60)"], "{}")
+                           "s.bind(('0.0.0.0', 2222)); s.listen(); time.sleep(60)"], None)
     deadline = time.monotonic() + 30
     while probe_from("chief0", "10.200.0.2:2222") != "None":
         assert time.monotonic() < deadline, job.logs()
