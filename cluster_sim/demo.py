@@ -1,80 +1,89 @@
 """`python -m cluster_sim demo`: policies side by side on a local heterogeneous cluster.
 
-Starts a parameter server and four workers as local processes (loopback only), slows the
-workers to relative speeds 1, 1, 0.5 and 0.25 with an in-graph delay per sample, trains
-the same MLP on scikit-learn's digits under each policy, and prints time to target
-accuracy, throughput and staleness; results.json goes to the output directory.
+Starts a parameter server and the scenario's workers as local processes (loopback only),
+slows them as the scenario says (built-in ``static``: relative speeds 1, 1, 0.5, 0.25),
+trains the same MLP on scikit-learn's digits under each arm, and writes results.json,
+curves.csv, report.md and plots to the output directory; prints the table.
 """
 
 import argparse
-import json
+import gc
 import os
+import warnings
 import pathlib
 import sys
 
-import ksync
-
-DEFAULT_POLICIES = "bsp,asp,adaptive"
-
-
-def parse_speeds(text: str) -> tuple:
-    try:
-        speeds = tuple(float(s) for s in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"speeds must be comma-separated numbers, got {text!r}")
-    if not speeds or any(not s > 0 for s in speeds):
-        raise argparse.ArgumentTypeError(f"speeds must be > 0, got {text!r}")
-    return speeds
+DEFAULT_ARMS = "bsp,asp,adaptive,adaptive+alloc"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--speeds", type=parse_speeds, default=(1.0, 1.0, 0.5, 0.25),
-                        help="relative speed of each worker (default 1,1,0.5,0.25)")
-    parser.add_argument("--policies", default=DEFAULT_POLICIES,
-                        help=f"comma-separated policy names (default {DEFAULT_POLICIES})")
-    parser.add_argument("--target-accuracy", type=float, default=0.93)
-    parser.add_argument("--max-pushes", type=int, default=1500)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/demo", help="directory for results.json")
+    parser.add_argument("--scenario", default="static",
+                        help="built-in scenario (homogeneous, static, trace, colocated, pause, "
+                             "churn) or a TOML file (default static)")
+    parser.add_argument("--traces", help="trace directory for the trace scenario "
+                                         "(default: the vendored sample)")
+    parser.add_argument("--arms", default=DEFAULT_ARMS,
+                        help=f"comma-separated contenders, or 'all' (default {DEFAULT_ARMS})")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per arm (default 1)")
+    parser.add_argument("--max-pushes", type=int, help="override the scenario's push budget")
+    parser.add_argument("--out", default="runs/demo", help="output directory")
 
 
 def run(args) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+    from cluster_sim.harness import ARMS, run_arm
+    from cluster_sim.scenarios import load_scenario
+
+    names = list(ARMS) if args.arms == "all" else [a.strip() for a in args.arms.split(",")]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown:
+        print(f"error: unknown arms {unknown}; choose from {sorted(ARMS)} or 'all'",
+              file=sys.stderr)
+        return 2
+    if args.seeds < 1:
+        print("error: --seeds must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        scenario = load_scenario(args.scenario, traces_dir=args.traces)
+        for name in names:
+            ARMS[name].make_policy().rule(scenario.num_workers)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    overrides = {"max_pushes": args.max_pushes} if args.max_pushes else {}
+    config = scenario.to_run_config(**overrides)
+
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
     from tqdm import tqdm
 
-    from cluster_sim.harness import RunConfig, format_table, run_policy
     from cluster_sim.local_cluster import LocalCluster
+    from cluster_sim.report import format_table, write_report
 
-    try:
-        policies = [ksync.get(name.strip()) for name in args.policies.split(",")]
-        for p in policies:
-            p.rule(len(args.speeds))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    config = RunConfig(speeds=args.speeds, target_accuracy=args.target_accuracy,
-                       max_pushes=args.max_pushes, seed=args.seed)
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"starting 1 PS + {len(args.speeds)} workers on 127.0.0.1 (speeds "
-          f"{', '.join(f'{s:g}' for s in args.speeds)})", flush=True)
+    print(f"scenario {scenario.summary()}", flush=True)
+    print(f"starting 1 PS + {scenario.num_workers} workers on 127.0.0.1", flush=True)
     results = []
-    with LocalCluster(num_workers=len(args.speeds)) as cluster:
-        for policy in policies:
-            with tqdm(total=config.max_pushes, desc=f"{policy!r:>12}", unit="push",
-                      leave=True) as bar:
-                def progress(pushes, accuracy, bar=bar):
-                    bar.update(pushes - bar.n)
-                    bar.set_postfix(accuracy=f"{accuracy:.3f}")
-                results.append(run_policy(cluster, policy, config, progress=progress))
-    (out / "results.json").write_text(json.dumps(
-        {"config": config.__dict__, "results": results}, indent=2, default=list))
+    with LocalCluster(num_workers=scenario.num_workers) as cluster:
+        for seed in range(args.seeds):
+            for name in names:
+                arm = ARMS[name]
+                with tqdm(total=config.max_pushes, desc=f"{arm.label:>18} s{seed}",
+                          unit="push") as bar:
+                    def progress(pushes, accuracy, bar=bar):
+                        bar.update(pushes - bar.n)
+                        bar.set_postfix(accuracy=f"{accuracy:.3f}")
+                    results.append(run_arm(cluster, arm, scenario, seed=seed, config=config,
+                                           progress=progress))
+        # Release the strategies' remote functions while the servers still answer.
+        gc.collect()
+    summaries = write_report(out, results, title=f"ksync demo: {scenario.name}",
+                             scenario=scenario, meta={"argv": sys.argv, "seeds": args.seeds})
     print()
-    print(format_table(results))
-    print(f"\ntarget accuracy {config.target_accuracy}; results in {out / 'results.json'}")
+    print(format_table(summaries))
+    print(f"\ntarget accuracy {config.target_accuracy}; report in {out / 'report.md'}")
     return 0
 
 

@@ -1,31 +1,42 @@
-"""Run policies on a real local cluster with injected slowdowns and measure them.
+"""Run policies on a real local cluster under a scenario's slowdowns and measure them.
 
-One `LocalCluster` serves every run; each policy gets a fresh `KSyncStrategy` and a
-fresh model from the same seed, trains in chunks of pushes, and is evaluated on the
-held-out set after each chunk, so accuracy against wall time and time to target
-accuracy come from the same run.
+One `LocalCluster` serves every run; each arm (a policy, optionally with batch
+allocation) gets a fresh `KSyncStrategy` and a fresh model from the same seed, trains in
+chunks of pushes and is evaluated on the held-out set after each chunk (evaluation time
+is not counted), so accuracy against wall time and time to target come from one run.
+
+Slowdowns: an in-graph delay per sample inside each training step
+(`cluster_sim.slowdown.SlowdownLayer`), whose per-worker sizes a background thread keeps
+at the scenario's speeds as training time passes (traces, a co-located job), and which
+applies the scenario's events (pause, kill, restart) to the worker processes.
 
 Example:
 
 ```python
-with LocalCluster(num_workers=4) as cluster:
-    result = run_policy(cluster, ksync.BSP(), RunConfig(speeds=(1, 1, 0.5, 0.25)))
-print(result["tta_s"], result["final_accuracy"])
+scenario = load_scenario("static")
+with LocalCluster(num_workers=scenario.num_workers) as cluster:
+    result = run_arm(cluster, Arm("adaptive+alloc", "adaptive", allocation="forecast"),
+                     scenario, seed=0)
+print(result["tta_s"], result["hardware_efficiency"])
 ```
 """
 
 import dataclasses
+import json
+import subprocess
+import sys
+import threading
 import time
 
-import numpy as np
+import ksync
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """What every policy of a comparison shares."""
+    """Settings of a run that a scenario does not fix."""
 
     speeds: tuple = (1.0, 1.0, 0.5, 0.25)
-    us_per_sample: float = 300.0      # injected time per sample at speed 1.0
+    us_per_sample: float = 300.0
     batch_size: int = 32
     learning_rate: float = 0.05
     momentum: float = 0.9
@@ -34,86 +45,205 @@ class RunConfig:
     max_pushes: int = 1200
     target_accuracy: float = 0.93
     time_budget_s: float = 120.0
+    allocate_every: int = 10
     seed: int = 0
 
 
-def run_policy(cluster, policy, config: RunConfig, data=None, progress=None) -> dict:
-    """Train the digits MLP under ``policy``; return measurements as a plain dict."""
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One contender of a comparison: a policy spec for `ksync.parse` (e.g. "ksync:k=3")
+    and how batch sizes are set: None (equal), "static" (profile then fixed, Chao et
+    al.), "last" (last measured speeds) or "forecast" (the shipped GRU forecaster)."""
+
+    label: str
+    policy: str
+    allocation: str | None = None
+
+    def make_policy(self):
+        return ksync.parse(self.policy)
+
+
+#: What `python -m cluster_sim demo --arms all` compares.
+ARMS = {
+    "bsp": Arm("BSP", "bsp"),
+    "asp": Arm("ASP", "asp"),
+    "ssp": Arm("SSP(s=3)", "ssp:max_staleness=3"),
+    "ksync": Arm("KSync(k=3)", "ksync:k=3"),
+    "backup": Arm("Backup(b=1)", "backup:backups=1"),
+    "adaptive": Arm("Adaptive", "adaptive"),
+    "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
+    "chao": Arm("Chao static alloc", "bsp", allocation="static"),
+    "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),
+    "ashl": Arm("ASHL", "ashl:switch_after=40"),
+    "syncswitch": Arm("Sync-Switch", "syncswitch:switch_after=40"),
+}
+
+
+# Signals go out from a separate process: a TensorFlow call blocked on a paused worker
+# can hold this process's GIL, and a thread here could then never send the SIGCONT.
+_SIGNALLER = """
+import json, os, signal, sys, time
+start = time.monotonic()
+for at_s, pgid, name in json.loads(sys.argv[1]):
+    time.sleep(max(0.0, start + at_s - time.monotonic()))
+    try:
+        os.killpg(pgid, getattr(signal, name))
+    except ProcessLookupError:
+        pass
+    print(json.dumps([round(time.monotonic() - start, 2), pgid, name]), flush=True)
+"""
+_SIGNALS = {"pause": "SIGSTOP", "resume": "SIGCONT", "kill": "SIGKILL"}
+
+
+class _ScenarioPlayer(threading.Thread):
+    """Keeps the in-graph delays at the scenario's speeds (on the training clock) and
+    plays its events on the wall clock from the start of the run: pause, resume and kill
+    as signals from a helper process, restart from here."""
+
+    def __init__(self, cluster, scenario, clock, slowdown, us_per_sample):
+        super().__init__(daemon=True)
+        self.cluster, self.scenario, self.clock = cluster, scenario, clock
+        self.slowdown, self.us_per_sample = slowdown, us_per_sample
+        self.stop = threading.Event()
+        self.applied = []
+        signals = [(e.at_s, cluster.pid("worker", e.worker), _SIGNALS[e.action])
+                   for e in scenario.events if e.action in _SIGNALS]
+        self._restarts = [e for e in scenario.events if e.action == "restart"]
+        self._signaller = subprocess.Popen(
+            [sys.executable, "-c", _SIGNALLER, json.dumps(signals)],
+            stdout=subprocess.PIPE, text=True) if signals else None
+        self._t0 = time.monotonic()
+
+    def run(self):
+        speeds = None
+        restarts = list(self._restarts)
+        while not self.stop.wait(0.1):
+            if self.scenario.speeds_at(self.clock()) != speeds:
+                speeds = self.scenario.speeds_at(self.clock())
+                self.slowdown.set_speeds(speeds, self.us_per_sample)
+            while restarts and restarts[0].at_s <= time.monotonic() - self._t0:
+                event = restarts.pop(0)
+                self.cluster.restart("worker", event.worker)
+                self.applied.append((round(time.monotonic() - self._t0, 2),
+                                     event.worker, "restart"))
+
+    def finish(self):
+        self.stop.set()
+        self.join()
+        if self._signaller is not None:
+            self._signaller.kill()
+            out, _ = self._signaller.communicate()
+            by_pid = {self.cluster.pid("worker", w): w for w in range(self.cluster.num_workers)}
+            names = {v: k for k, v in _SIGNALS.items()}
+            for line in out.splitlines():
+                at_s, pgid, name = json.loads(line)
+                self.applied.append((at_s, by_pid.get(pgid, pgid), names[name]))
+            self.applied.sort()
+        for w in range(self.cluster.num_workers):  # leave every worker running
+            self.cluster.resume("worker", w)
+
+
+def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
+            config: RunConfig | None = None, data=None, progress=None) -> dict:
+    """Train the scenario's MLP on digits under ``arm``; measurements as a plain dict.
+    ``config`` defaults to the scenario's; ``seed`` to the config's."""
+    import predictor
     import tf_keras as keras
 
-    from cluster_sim.slowdown import slowed_dataset_fn
+    from cluster_sim.slowdown import SlowdownLayer
     from cluster_sim.workloads import compile_classifier, digits, mlp
     from strategies import KSyncStrategy
 
-    if len(config.speeds) != cluster.num_workers:
-        raise ValueError(f"{len(config.speeds)} speeds for {cluster.num_workers} workers; "
-                         "give one speed per worker.")
-    data = data or digits(seed=config.seed)
-    strategy = KSyncStrategy(cluster.resolver(), policy=policy)
+    config = config or scenario.to_run_config()
+    seed = config.seed if seed is None else seed
+    n = scenario.num_workers
+    if n != cluster.num_workers:
+        raise ValueError(f"scenario {scenario.name!r} has {n} workers, the cluster "
+                         f"{cluster.num_workers}; start the cluster from the scenario.")
+    data = data or digits(seed=0)
+    policy = arm.make_policy()
+    allocation = {}
+    if arm.allocation:
+        allocation = dict(
+            batch_allocation=predictor.BatchAllocator(config.batch_size * n, min_batch=4),
+            allocation_mode=arm.allocation, allocate_every=config.allocate_every,
+            forecaster=(predictor.GRUSmoothingForecaster.default()
+                        if arm.allocation == "forecast" else None))
+    strategy = KSyncStrategy(cluster.resolver(), policy=policy, **allocation)
     with strategy.scope():
+        slowdown = SlowdownLayer(n)
         model = compile_classifier(
-            mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=config.seed),
+            mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=seed,
+                slowdown=slowdown),
             keras.optimizers.SGD(config.learning_rate, momentum=config.momentum))
-    dataset_fn = slowed_dataset_fn(
-        data.dataset_fn(None, shuffle_seed=config.seed),
-        config.us_per_sample, config.speeds, config.batch_size)
-    creator = keras.utils.experimental.DatasetCreator(dataset_fn)
-    curve = []  # (wall s, pushes, version, loss, accuracy)
+    slowdown.set_speeds(scenario.speeds_at(0.0), config.us_per_sample)
+    curve, sizes_over_time = [], []
     tta = None
     train_wall = 0.0  # evaluation between chunks is not training time
-    pushes = 0
-    epoch = 0
-    while pushes < config.max_pushes and train_wall < config.time_budget_s:
-        started = time.monotonic()
-        model.fit(creator, initial_epoch=epoch, epochs=epoch + 1,
-                  steps_per_epoch=config.pushes_per_chunk, verbose=0)
-        train_wall += time.monotonic() - started
-        epoch += 1
-        pushes += config.pushes_per_chunk
-        loss, accuracy = model.evaluate(data.test_dataset(), steps=1, verbose=0)
-        counters = strategy.telemetry()
-        curve.append((train_wall, pushes, counters["version"], float(loss), float(accuracy)))
-        if tta is None and accuracy >= config.target_accuracy:
-            tta = train_wall
-        if progress:
-            progress(pushes, accuracy)
-        if tta is not None:
-            break
-    t = strategy.telemetry()
-    wall = curve[-1][0]
+    pushes = chunk = 0
+    chunk_started = None
+    events = _ScenarioPlayer(cluster, scenario, lambda: train_wall + (
+        time.monotonic() - chunk_started if chunk_started else 0.0), slowdown,
+        config.us_per_sample)
+    events.start()
+    try:
+        while pushes < config.max_pushes and train_wall < config.time_budget_s:
+            # Each fit builds the workers' input pipelines anew: a new shuffle seed per
+            # chunk keeps them from replaying the same first examples.
+            dataset_fn = data.dataset_fn(None if arm.allocation else config.batch_size,
+                                         shuffle_seed=seed * 100003 + chunk)
+            chunk_started = time.monotonic()
+            model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), initial_epoch=chunk,
+                      epochs=chunk + 1, steps_per_epoch=config.pushes_per_chunk, verbose=0)
+            train_wall += time.monotonic() - chunk_started
+            chunk_started = None
+            chunk += 1
+            pushes += config.pushes_per_chunk
+            loss, accuracy = model.evaluate(data.test_dataset(), steps=1, verbose=0)
+            t = strategy.telemetry()
+            curve.append({"wall_s": train_wall, "pushes": pushes, "version": t["version"],
+                          "loss": float(loss), "accuracy": float(accuracy)})
+            if arm.allocation:
+                sizes_over_time.append({"wall_s": train_wall,
+                                        "sizes": list(t["allocation"]["sizes"])})
+            if tta is None and accuracy >= config.target_accuracy:
+                tta = train_wall
+            if progress:
+                progress(pushes, accuracy)
+            if tta is not None:
+                break
+    finally:
+        events.finish()
+    return _result(arm, seed, strategy.telemetry(), curve, tta, sizes_over_time, events.applied)
+
+
+def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied) -> dict:
+    wall = curve[-1]["wall_s"]
     samples = sum(w["samples"] for w in t["workers"])
+    # Each worker's rate while it was busy is its stand-alone speed under the same
+    # slowdowns and the same CPU contention; efficiency is how much of their sum the
+    # cluster achieved, 1.0 being no time lost to waiting.
+    busy_rates = [w["samples"] / w["busy_s"] for w in t["workers"] if w["busy_s"] > 0]
     return {
-        "policy": repr(policy),
-        "tta_s": tta,
-        "final_accuracy": curve[-1][4],
-        "wall_s": wall,
+        "policy": arm.label, "seed": seed, "tta_s": tta,
+        "final_accuracy": curve[-1]["accuracy"], "wall_s": wall,
         "samples_per_s": samples / wall if wall > 0 else None,
-        "staleness_p50": t["staleness_p50"],
-        "staleness_p95": t["staleness_p95"],
+        "hardware_efficiency": (samples / wall) / sum(busy_rates) if busy_rates else None,
+        "idle_fraction": 1.0 - sum(min(1.0, w["busy_s"] / wall) for w in t["workers"])
+        / len(t["workers"]),
+        "staleness_p50": t["staleness_p50"], "staleness_p95": t["staleness_p95"],
+        "staleness_histogram": t["staleness_histogram"],
         "pushed": t["pushed"], "applied": t["applied"], "dropped": t["dropped"],
         "pending": t["pending"], "version": t["version"],
         "rule": t["rule"], "k_history": t["k_history"],
         "worker_pushes": [w["pushes"] for w in t["workers"]],
-        "curve": [dict(zip(("wall_s", "pushes", "version", "loss", "accuracy"), c))
-                  for c in curve],
+        "batch_sizes": sizes_over_time, "events": events_applied,
+        "curve": curve,
     }
 
 
-def format_table(results: list[dict]) -> str:
-    """A plain-text table of the headline numbers, one row per policy."""
-    header = ("policy", "TTA s", "final acc", "samples/s", "updates", "dropped",
-              "stale p95", "pushes per worker")
-    rows = []
-    for r in results:
-        rows.append((r["policy"], "-" if r["tta_s"] is None else f"{r['tta_s']:.1f}",
-                     f"{r['final_accuracy']:.3f}", f"{r['samples_per_s']:.0f}",
-                     str(r["version"]), str(r["dropped"]), str(r["staleness_p95"]),
-                     "/".join(map(str, r["worker_pushes"]))))
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
 def median_of(values):
+    """Median of the values that are not None (None if there are none)."""
+    import numpy as np
     values = [v for v in values if v is not None]
     return float(np.median(values)) if values else None

@@ -42,7 +42,7 @@ def probe(cluster, us_per_sample=300.0, batch_size=32, sizes=(20, 100), seed=0) 
     """Framework costs of the real strategy on ``cluster`` (seconds; see module doc)."""
     import tf_keras as keras
 
-    from cluster_sim.slowdown import slowed_dataset_fn
+    from cluster_sim.slowdown import SlowdownLayer
     from cluster_sim.workloads import compile_classifier, digits, mlp
     from strategies import KSyncStrategy
 
@@ -53,11 +53,13 @@ def probe(cluster, us_per_sample=300.0, batch_size=32, sizes=(20, 100), seed=0) 
     for name in ("asp", "bsp"):
         strategy = KSyncStrategy(cluster.resolver(), policy=name)
         with strategy.scope():
-            model = compile_classifier(mlp(data.num_features, data.num_classes, (64, 64), seed),
+            slowdown = SlowdownLayer(n)
+            model = compile_classifier(mlp(data.num_features, data.num_classes, (64, 64), seed,
+                                           slowdown=slowdown),
                                        keras.optimizers.SGD(0.05, momentum=0.9))
-        creator = keras.utils.experimental.DatasetCreator(slowed_dataset_fn(
-            data.dataset_fn(batch_size, shuffle_seed=seed), us_per_sample, [1.0] * n,
-            batch_size))
+        slowdown.set_speeds([1.0] * n, us_per_sample)
+        creator = keras.utils.experimental.DatasetCreator(
+            data.dataset_fn(batch_size, shuffle_seed=seed))
         model.fit(creator, epochs=1, steps_per_epoch=2 * n, verbose=0)  # traces the step
         times = []
         for steps in sizes:
@@ -66,7 +68,7 @@ def probe(cluster, us_per_sample=300.0, batch_size=32, sizes=(20, 100), seed=0) 
             times.append(time.monotonic() - started)
         per_push = (times[1] - times[0]) / (sizes[1] - sizes[0])
         t = strategy.telemetry()
-        its = [w["iteration_time"] for w in t["workers"] if w["iteration_time"]]
+        its = [w["compute_time"] for w in t["workers"] if w["compute_time"]]
         out[name] = {"chunk_s": times, "per_push_s": per_push,
                      "chunk_overhead_s": max(0.0, times[0] - sizes[0] * per_push),
                      "iteration_time_s": sum(its) / len(its)}
@@ -105,8 +107,9 @@ def run_real(specs, real_config, out) -> tuple[dict, list]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from cluster_sim.harness import run_policy
+    from cluster_sim.harness import Arm, run_arm
     from cluster_sim.local_cluster import LocalCluster
+    from cluster_sim.scenarios import load_scenario
 
     results = []
     with LocalCluster(num_workers=len(real_config.speeds)) as cluster:
@@ -115,7 +118,8 @@ def run_real(specs, real_config, out) -> tuple[dict, list]:
         print(json.dumps({k: v for k, v in costs.items() if k != "raw"}), flush=True)
         for spec in specs:
             started = time.monotonic()
-            results.append(run_policy(cluster, parse_policy(spec), real_config))
+            results.append(run_arm(cluster, Arm(spec, spec), load_scenario("static"),
+                                   config=real_config))
             print(f"real {spec}: TTA {results[-1]['tta_s']}, "
                   f"{time.monotonic() - started:.0f} s", flush=True)
     (out / "real.json").write_text(json.dumps(
@@ -184,7 +188,7 @@ def main(argv=None) -> int:
                                    for k, v in saved["config"].items()})
         costs, real = saved["costs"], saved["results"]
         by_name = {r["policy"]: r for r in real}
-        real = [by_name[repr(parse_policy(s))] for s in specs]
+        real = [by_name[s] for s in specs]
     else:
         real_config = RunConfig(speeds=SPEEDS, max_pushes=args.max_pushes)
         costs, real = run_real(specs, real_config, out)

@@ -40,17 +40,7 @@ __all__ = ["SimConfig", "Simulation", "simulate", "run_policies", "summarise", "
 DEFAULT_POLICIES = "bsp,asp,adaptive"
 
 
-def parse_policy(text: str) -> ksync.Policy:
-    """A fresh policy from ``name`` or ``name:key=value,...`` (e.g. ``ksync:k=8``)."""
-    name, _, args = text.strip().partition(":")
-    kwargs = {}
-    for item in filter(None, args.split(";")):
-        key, _, value = item.partition("=")
-        try:
-            kwargs[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key.strip()] = value
-    return ksync.get(name, **kwargs)
+parse_policy = ksync.parse
 
 
 def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=True,

@@ -1,46 +1,62 @@
 """Injected slowdowns that scale with the samples a worker processes and burn no CPU.
 
-The delay is a `tf.data` sleep on every example of the worker's own input pipeline,
-sized from the worker index TensorFlow gives the ``dataset_fn`` on each worker, so one
-``dataset_fn`` slows each worker by its own factor, and a worker given a smaller batch
-waits proportionally less. Nothing is prefetched after the sleep: the step waits for
-it, as it would wait for a slower machine.
+`SlowdownLayer` sits first in the model. In a training step scheduled on a worker it
+sleeps ``us_per_sample[worker] * batch_size`` microseconds (a `tf.data` sleep, executed
+synchronously inside the step, so no input prefetching can hide it while the worker
+waits at a barrier), then passes its input on unchanged. The per-worker delays are a
+non-trainable weight on the parameter server: the harness changes them while training
+runs to follow a scenario's time-varying speeds.
 
 Example:
 
 ```python
-dataset_fn = slowed_dataset_fn(data.dataset_fn(None), us_per_sample=500,
-                               speeds=[1.0, 1.0, 0.5, 0.25], batch_size=32)
+with strategy.scope():
+    slow = SlowdownLayer(num_workers=4)
+    model = keras.Sequential([keras.layers.Input((64,)), slow, keras.layers.Dense(10)])
+slow.set_speeds([1.0, 1.0, 0.5, 0.25], us_per_sample=300)
 ```
 """
 
-
-def per_sample_delays_us(us_per_sample: float, speeds) -> list[int]:
-    """Per-worker sleep per example: a worker at speed s takes 1/s of the base time."""
-    speeds = list(speeds)
-    for s in speeds:
-        if not s > 0:
-            raise ValueError(f"worker speeds must be > 0 (1.0 = full speed), got {speeds}")
-    return [int(round(us_per_sample / s)) for s in speeds]
+import tf_keras as keras
+import tensorflow as tf
+from tensorflow.python.data.experimental.ops import testing
 
 
-def slowed_dataset_fn(dataset_fn, us_per_sample: float, speeds, batch_size: int | None = None):
-    """Wrap an unbatched ``dataset_fn`` so worker ``i`` sleeps per example as if running
-    at ``speeds[i]``; batch after the sleep when ``batch_size`` is given (leave it None
-    when the strategy batches, as with batch allocation)."""
-    per_worker = per_sample_delays_us(us_per_sample, speeds)
+def per_sample_delays_us(us_per_sample: float, speeds) -> list[float]:
+    """Per-worker sleep per example: a worker at speed s takes 1/s of the base time; a
+    worker at speed 0 (frozen by the scenario) is not slowed here, the harness pauses it."""
+    speeds = [float(s) for s in speeds]
+    if any(s < 0 or s != s for s in speeds):
+        raise ValueError(f"worker speeds must be >= 0 (1.0 = full speed), got {speeds}")
+    return [us_per_sample / s if s > 0 else 0.0 for s in speeds]
 
-    def slowed(input_context=None):
-        import tensorflow as tf
-        from tensorflow.python.data.experimental.ops import testing
+
+class SlowdownLayer(keras.layers.Layer):
+    """Identity layer that makes each worker's training step sleep per example."""
+
+    def __init__(self, num_workers: int, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.num_workers = num_workers
+
+    def build(self, input_shape):
+        self.delays = self.add_weight(name="us_per_sample", shape=(self.num_workers,),
+                                      initializer="zeros", trainable=False)
+
+    def set_speeds(self, speeds, us_per_sample: float) -> None:
+        if len(speeds) != self.num_workers:
+            raise ValueError(f"{len(speeds)} speeds for {self.num_workers} workers")
+        self.delays.assign(per_sample_delays_us(us_per_sample, speeds))
+
+    def call(self, inputs, training=None):
+        if not training:
+            return inputs
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        delay = tf.gather(tf.constant(per_worker, tf.int64), worker)
-        dataset = dataset_fn(input_context).apply(testing.sleep(delay))
-        if batch_size is not None:
-            dataset = dataset.batch(batch_size, drop_remainder=True)
-        options = tf.data.Options()
-        # An injected prefetch would overlap the sleep with the step and hide it.
-        options.experimental_optimization.inject_prefetch = False
-        return dataset.with_options(options)
+        samples = tf.cast(tf.shape(inputs)[0], tf.float32)
+        delay = tf.cast(tf.gather(self.delays, worker) * samples, tf.int64)
+        slept = tf.data.Dataset.from_tensors(tf.constant(0)).apply(
+            testing.sleep(delay)).get_single_element()
+        with tf.control_dependencies([slept]):
+            return tf.identity(inputs)
 
-    return slowed
+    def get_config(self):
+        return dict(super().get_config(), num_workers=self.num_workers)

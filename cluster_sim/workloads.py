@@ -85,11 +85,12 @@ def digits(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     return Dataset(x_tr, y_tr, x_te, y_te)
 
 
-def mlp(num_features: int, num_classes: int, hidden=(32,), seed: int = 0):
-    """A small tf_keras MLP classifier producing logits."""
+def mlp(num_features: int, num_classes: int, hidden=(32,), seed: int = 0, slowdown=None):
+    """A small tf_keras MLP classifier producing logits; ``slowdown`` (a
+    `cluster_sim.slowdown.SlowdownLayer`) goes first when given."""
     import tf_keras as keras
     keras.utils.set_random_seed(seed)
-    layers = [keras.layers.Input((num_features,))]
+    layers = [keras.layers.Input((num_features,))] + ([slowdown] if slowdown else [])
     layers += [keras.layers.Dense(h, activation="relu") for h in hidden]
     layers.append(keras.layers.Dense(num_classes))
     return keras.Sequential(layers)

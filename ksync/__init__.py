@@ -6,10 +6,10 @@ The TensorFlow state that executes a rule on the PS lives in `ksync.tf_state` an
 imported only by the strategy.
 """
 
-from ksync.policies import (ASP, BSP, SSP, Adaptive, BackupWorkers, KAsync, KSync,
-                            Observation, Policy, get)
+from ksync.policies import (ASHL, ASP, BSP, SSP, Adaptive, BackupWorkers, KAsync, KSync,
+                            Observation, Policy, SyncSwitch, get, parse)
 from ksync.rule import Rule
 from ksync.state import PushResult, UpdateState
 
-__all__ = ["ASP", "BSP", "SSP", "Adaptive", "BackupWorkers", "KAsync", "KSync",
-           "Observation", "Policy", "PushResult", "Rule", "UpdateState", "get"]
+__all__ = ["ASHL", "ASP", "SyncSwitch", "BSP", "SSP", "Adaptive", "BackupWorkers", "KAsync", "KSync",
+           "Observation", "Policy", "PushResult", "Rule", "UpdateState", "get", "parse"]

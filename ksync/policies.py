@@ -260,7 +260,71 @@ class Adaptive(Policy):
                 "staleness_slack": self.staleness_slack}
 
 
-_BY_NAME = {cls.name: cls for cls in (BSP, ASP, SSP, KSync, KAsync, BackupWorkers, Adaptive)}
+class _Staged(Policy):
+    """Two fixed rules, switching once at update ``switch_after`` (a baseline schedule)."""
+
+    refresh_every = 5
+
+    def __init__(self, switch_after: int):
+        super().__init__()
+        _check_int("switch_after", switch_after, 0)
+        self.switch_after = switch_after
+        self._second = None
+
+    def _stages(self, num_workers):
+        raise NotImplementedError
+
+    def _rule(self, num_workers):
+        first, self._second = self._stages(num_workers)
+        return first if self.switch_after > 0 else self._second
+
+    def observe(self, observation):
+        if observation.version < self.switch_after or self.history[-1][1] == self._second:
+            return None
+        self.record(observation.version, self._second,
+                    f"stage 2 after {self.switch_after} updates")
+        return self._second
+
+    def get_config(self):
+        return {"switch_after": self.switch_after}
+
+
+class SyncSwitch(_Staged):
+    """BSP for the first ``switch_after`` updates, then ASP (Sync-Switch, Li et al. 2021)."""
+
+    name = "syncswitch"
+
+    def _stages(self, num_workers):
+        return BSP()._rule(num_workers), ASP()._rule(num_workers)
+
+
+class ASHL(_Staged):
+    """ASP for the first ``switch_after`` updates, then semi-synchronous K-sync with
+    K = ceil(N / 2) (the two-stage schedule of ASHL; its gradient compression is not
+    modelled)."""
+
+    name = "ashl"
+
+    def _stages(self, num_workers):
+        return ASP()._rule(num_workers), KSync(k=math.ceil(num_workers / 2))._rule(num_workers)
+
+
+_BY_NAME = {cls.name: cls for cls in (BSP, ASP, SSP, KSync, KAsync, BackupWorkers, Adaptive,
+                                      SyncSwitch, ASHL)}
+
+
+def parse(spec: str) -> Policy:
+    """A fresh policy from ``name`` or ``name:key=value;...`` (e.g. ``"ksync:k=8"``)."""
+    import json
+    name, _, args = str(spec).strip().partition(":")
+    kwargs = {}
+    for item in filter(None, args.split(";")):
+        key, _, value = item.partition("=")
+        try:
+            kwargs[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key.strip()] = value
+    return get(name, **kwargs)
 
 
 def get(name: str, **kwargs) -> Policy:

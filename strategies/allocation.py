@@ -11,6 +11,8 @@ Input contract: with batch allocation the ``dataset_fn`` given to
 returns **unbatched** examples, repeated as needed; the strategy batches them per worker.
 """
 
+import logging
+
 import tensorflow as tf
 
 from strategies.batching import dynamic_batches, looks_batched
@@ -56,7 +58,14 @@ class BatchAllocation:
             return dynamic_batches(dataset, self.local_size)
         return batched_dataset_fn
 
-    @staticmethod
-    def refuse_dataset():
-        raise ValueError("a tf.data.Dataset built on the chief cannot be re-batched per "
-                         "worker; " + _CONTRACT)
+    _warned = False
+
+    def pass_dataset(self, dataset):
+        """A dataset built on the chief keeps its own batches (evaluate and predict need
+        nothing else); say once that training on it is not re-batched."""
+        if not self._warned:
+            self._warned = True
+            logging.warning("ksync: batch allocation applies to input from a dataset_fn "
+                            "(DatasetCreator); a tf.data.Dataset passed directly keeps its "
+                            "own batches. To train with allocated sizes: %s", _CONTRACT)
+        return dataset

@@ -188,7 +188,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
 
     def experimental_distribute_dataset(self, dataset, options=None):
         if self._allocation is not None:
-            self._allocation.refuse_dataset()
+            dataset = self._allocation.pass_dataset(dataset)
         return super().experimental_distribute_dataset(dataset, options)
 
     # -- the push -----------------------------------------------------------------------

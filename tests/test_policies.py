@@ -120,3 +120,14 @@ def test_adaptive_ignores_workers_without_measurements():
     policy = ksync.Adaptive()
     policy.rule(3)
     assert observe(policy, [None, None, None]) is None
+
+
+@pytest.mark.parametrize("policy, first, second", [
+    (ksync.SyncSwitch(switch_after=30), ksync.BSP().rule(4), ksync.ASP().rule(4)),
+    (ksync.ASHL(switch_after=30), ksync.ASP().rule(4), ksync.KSync(k=2).rule(4))], ids=repr)
+def test_staged_baselines_switch_once(policy, first, second):
+    assert policy.rule(4) == first
+    assert observe(policy, [0.01] * 4, version=10) is None
+    assert observe(policy, [0.01] * 4, version=30) == second
+    assert observe(policy, [0.01] * 4, version=60) is None
+    assert ksync.get(policy.name, switch_after=5).rule(4) == first

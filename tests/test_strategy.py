@@ -166,17 +166,17 @@ def test_batch_allocation_balances_a_worker_slowed_3x(cluster):
     """One worker slowed 3x by an injected delay that scales with its samples: after
     the profiling phase its batch is about a third of the others' and step times even out."""
     import predictor
-    from cluster_sim.slowdown import slowed_dataset_fn
+    from cluster_sim.slowdown import SlowdownLayer
 
-    speeds = [1.0, 1.0, 1 / 3]
     strategy = KSyncStrategy(cluster.resolver(), policy=ksync.BSP(),
                              batch_allocation=predictor.BatchAllocator(96, min_batch=4),
                              allocation_mode="last", allocate_every=5)
     with strategy.scope():
-        model = compile_classifier(mlp(DATA.num_features, DATA.num_classes),
-                                   keras.optimizers.SGD(0.1))
-    dataset_fn = slowed_dataset_fn(DATA.dataset_fn(None), us_per_sample=1500, speeds=speeds)
-    creator = keras.utils.experimental.DatasetCreator(dataset_fn)
+        slowdown = SlowdownLayer(NUM_WORKERS)
+        model = compile_classifier(mlp(DATA.num_features, DATA.num_classes,
+                                       slowdown=slowdown), keras.optimizers.SGD(0.1))
+    slowdown.set_speeds([1.0, 1.0, 1 / 3], us_per_sample=1500)
+    creator = keras.utils.experimental.DatasetCreator(DATA.dataset_fn(None))
     model.fit(creator, epochs=1, steps_per_epoch=90, verbose=0)    # profile + allocate
     before = strategy.telemetry()
     model.fit(creator, epochs=1, steps_per_epoch=90, verbose=0)

@@ -1,0 +1,44 @@
+"""The harness on the shared local cluster: a short run under a scenario with a pause."""
+
+import pytest
+
+from cluster_sim.harness import ARMS, Arm, run_arm
+from cluster_sim.scenarios import parse_scenario
+
+from conftest import NUM_WORKERS
+
+
+def small_scenario(**events):
+    table = {"name": "small", "workers": NUM_WORKERS, "max_pushes": 120,
+             "target_accuracy": 0.99, "us_per_sample": 200.0,
+             "slowdowns": {"speeds": [1.0, 1.0, 0.5]}}
+    table.update(events)
+    return parse_scenario(table)
+
+
+def test_run_arm_measures_a_paused_worker_and_resumes_it(cluster):
+    scenario = small_scenario(events=[{"action": "pause", "worker": 2, "at_s": 0.5,
+                                       "duration_s": 2.0}])
+    result = run_arm(cluster, Arm("BSP", "bsp"), scenario, seed=1)
+    assert [e[1:] for e in result["events"]] == [(2, "pause"), (2, "resume")]
+    assert result["pushed"] == 120
+    assert result["applied"] + result["dropped"] + result["pending"] == result["pushed"]
+    assert 0 < result["hardware_efficiency"] <= 1.05
+    assert 0 <= result["idle_fraction"] < 1
+    assert result["curve"][-1]["pushes"] == 120 and result["tta_s"] is None
+
+
+def test_run_arm_with_allocation_records_batch_sizes(cluster):
+    result = run_arm(cluster, Arm("BSP+alloc", "bsp", allocation="last"), small_scenario())
+    assert result["batch_sizes"] and sum(result["batch_sizes"][-1]["sizes"]) == 32 * NUM_WORKERS
+    assert result["dropped"] == 0
+
+
+def test_every_builtin_arm_builds_its_policy():
+    for arm in ARMS.values():
+        arm.make_policy().rule(4)
+
+
+def test_scenario_and_cluster_sizes_must_match(cluster):
+    with pytest.raises(ValueError, match="start the cluster from the scenario"):
+        run_arm(cluster, Arm("BSP", "bsp"), parse_scenario({"name": "x", "workers": 5}))
