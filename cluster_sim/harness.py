@@ -237,6 +237,7 @@ def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied) -> dict:
         "pending": t["pending"], "version": t["version"],
         "rule": t["rule"], "k_history": t["k_history"],
         "worker_pushes": [w["pushes"] for w in t["workers"]],
+        "worker_step_times": [w["step_time"] for w in t["workers"]],
         "batch_sizes": sizes_over_time, "events": events_applied,
         "curve": curve,
     }
