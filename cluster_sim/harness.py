@@ -242,9 +242,3 @@ def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied) -> dict:
         "curve": curve,
     }
 
-
-def median_of(values):
-    """Median of the values that are not None (None if there are none)."""
-    import numpy as np
-    values = [v for v in values if v is not None]
-    return float(np.median(values)) if values else None

@@ -1,6 +1,6 @@
 """Turn per-policy run results into a report directory: JSON, CSV, Markdown and plots.
 
-Input is a list of result dicts as returned by `cluster_sim.harness.run_policy` (and the
+Input is a list of result dicts as returned by `cluster_sim.harness.run_arm` (and the
 discrete-event simulator), any number of seeds per policy. `write_report` writes:
 
 * ``results.json``: per policy, medians over seeds plus every seed's raw result;
@@ -40,7 +40,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["summarise", "write_report", "load_results", "main", "format_table", "markdown_table", "median_tta",
+__all__ = ["summarise", "write_report", "load_results", "main", "format_table", "markdown_table", "median_tta", "median_of",
            "TTA_DEFINITION", "REQUIRED_KEYS"]
 
 REQUIRED_KEYS = ("policy", "tta_s", "final_accuracy", "wall_s", "samples_per_s",
@@ -69,7 +69,8 @@ def median_tta(values) -> float | None:
     return m if math.isfinite(m) else None
 
 
-def _median(values) -> float | None:
+def median_of(values) -> float | None:
+    """Median of the finite values that are not None (None if there are none)."""
     values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return float(np.median(values)) if values else None
 
@@ -77,7 +78,7 @@ def _median(values) -> float | None:
 def _validate(results) -> None:
     if not isinstance(results, (list, tuple)) or not results:
         raise ValueError("no results to report: expected a non-empty list of result dicts "
-                         "(one per policy and seed, as from harness.run_policy)")
+                         "(one per policy and seed, as from harness.run_arm)")
     for i, r in enumerate(results):
         if not isinstance(r, dict):
             raise ValueError(f"results[{i}] is {type(r).__name__}, expected a dict")
@@ -132,7 +133,7 @@ def summarise(results) -> list[dict]:
                  "tta_s": median_tta([r["tta_s"] for r in runs]),
                  "tta_reached": sum(r["tta_s"] is not None for r in runs)}
         for key in MEDIAN_KEYS:
-            entry[key] = _median([r.get(key) for r in runs])
+            entry[key] = median_of([r.get(key) for r in runs])
         summaries.append(entry)
     for s in summaries:
         for name in BASELINES:

@@ -7,7 +7,7 @@
    (``chunk_overhead_s``), the per-step cost before the parameters are read
    (``read_overhead_s``) and after (``step_overhead_s``), and the extra delay of a worker
    released by the k-sync gate (``gate_latency_s``).
-2. Real: `cluster_sim.harness.run_policy` for each policy on the static scenario (speeds
+2. Real: `cluster_sim.harness.run_arm` for each policy on the static scenario (speeds
    1, 1, 0.5, 0.25; 300 us per sample; batch 32), one seed each (a run is about a minute
    on two cores).
 3. Simulated: the same policies and config, in the harness's ``fit`` chunks, with the
@@ -139,7 +139,7 @@ def time_at_version(result: dict, version: int):
 def error_table(real: list[dict], simulated: list[dict], runs: list[dict]) -> str:
     """One row per policy. ``t@v`` is the simulated time to the number of updates the
     real run had made at its TTA: the timing error without the accuracy path's noise."""
-    from cluster_sim.harness import median_of
+    from cluster_sim.report import median_of
     rows = []
     pct = lambda s, r: "-" if s is None or r in (None, 0) else f"{100 * (s - r) / r:+.0f}%"
     num = lambda v, f: "-" if v is None else format(v, f)

@@ -394,7 +394,7 @@ class Simulation:
         return self.summary()
 
     def summary(self) -> dict:
-        """The harness's result dict (`cluster_sim.harness.run_policy`), plus
+        """The harness's result dict (`cluster_sim.harness.run_arm`), plus
         ``hardware_efficiency``, ``idle_fraction``, ``staleness_histogram`` and
         ``simulated: True``."""
         s, wall = self.state, float(self.clock.now)

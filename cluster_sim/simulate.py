@@ -98,7 +98,7 @@ class _Bar:
 
 def summarise(results: list[dict]) -> list[dict]:
     """Medians over seeds, per policy, of the headline numbers (None where missing)."""
-    from cluster_sim.harness import median_of
+    from cluster_sim.report import median_of
     out = []
     for policy in dict.fromkeys(r["policy"] for r in results):
         runs = [r for r in results if r["policy"] == policy]

@@ -11,7 +11,7 @@ from cluster_sim.scenarios import load_scenario
 
 
 def result(policy, seed, tta, acc=0.95, sps=1000.0, **extra):
-    """A synthetic run_policy-style result with a 3-point curve."""
+    """A synthetic run_arm-style result with a 3-point curve."""
     curve = [{"wall_s": 5.0 * (i + 1), "pushes": 60 * (i + 1), "version": 20 * (i + 1),
               "loss": 1.0 / (i + 1), "accuracy": acc * (i + 1) / 3} for i in range(3)]
     r = {"policy": policy, "seed": seed, "tta_s": tta, "final_accuracy": acc,
