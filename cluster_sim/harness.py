@@ -22,13 +22,11 @@ print(result["tta_s"], result["hardware_efficiency"])
 """
 
 import dataclasses
-import json
-import subprocess
-import sys
 import threading
 import time
 
 import ksync
+from cluster_sim.signaller import Signaller
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,19 +77,6 @@ ARMS = {
 }
 
 
-# Signals go out from a separate process: a TensorFlow call blocked on a paused worker
-# can hold this process's GIL, and a thread here could then never send the SIGCONT.
-_SIGNALLER = """
-import json, os, signal, sys, time
-start = time.monotonic()
-for at_s, pgid, name in json.loads(sys.argv[1]):
-    time.sleep(max(0.0, start + at_s - time.monotonic()))
-    try:
-        os.killpg(pgid, getattr(signal, name))
-    except ProcessLookupError:
-        pass
-    print(json.dumps([round(time.monotonic() - start, 2), pgid, name]), flush=True)
-"""
 _SIGNALS = {"pause": "SIGSTOP", "resume": "SIGCONT", "kill": "SIGKILL"}
 
 
@@ -109,9 +94,8 @@ class _ScenarioPlayer(threading.Thread):
         signals = [(e.at_s, cluster.pid("worker", e.worker), _SIGNALS[e.action])
                    for e in scenario.events if e.action in _SIGNALS]
         self._restarts = [e for e in scenario.events if e.action == "restart"]
-        self._signaller = subprocess.Popen(
-            [sys.executable, "-c", _SIGNALLER, json.dumps(signals)],
-            stdout=subprocess.PIPE, text=True) if signals else None
+        # From a separate process: a call blocked on a paused worker can hold our GIL.
+        self._signaller = Signaller(signals) if signals else None
         self._t0 = time.monotonic()
 
     def run(self):
@@ -131,12 +115,9 @@ class _ScenarioPlayer(threading.Thread):
         self.stop.set()
         self.join()
         if self._signaller is not None:
-            self._signaller.kill()
-            out, _ = self._signaller.communicate()
             by_pid = {self.cluster.pid("worker", w): w for w in range(self.cluster.num_workers)}
             names = {v: k for k, v in _SIGNALS.items()}
-            for line in out.splitlines():
-                at_s, pgid, name = json.loads(line)
+            for at_s, pgid, name in self._signaller.finish():
                 self.applied.append((at_s, by_pid.get(pgid, pgid), names[name]))
             self.applied.sort()
         for w in range(self.cluster.num_workers):  # leave every worker running
@@ -234,7 +215,7 @@ def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied) -> dict:
         "staleness_p50": t["staleness_p50"], "staleness_p95": t["staleness_p95"],
         "staleness_histogram": t["staleness_histogram"],
         "pushed": t["pushed"], "applied": t["applied"], "dropped": t["dropped"],
-        "pending": t["pending"], "version": t["version"],
+        "pending": t["pending"], "version": t["version"], "retried": t["retried"],
         "rule": t["rule"], "k_history": t["k_history"],
         "worker_pushes": [w["pushes"] for w in t["workers"]],
         "worker_step_times": [w["step_time"] for w in t["workers"]],

@@ -3,7 +3,7 @@
 Each PS and worker task is a separate ``python -m strategies.server`` process started with
 its own ``TF_CONFIG``, exactly as on several machines; this process plays the chief.
 Every process is started in its own process group and stopped on ``close()``, on exit of
-a ``with`` block (also on exceptions and Ctrl-C) and, through the parent-death signal,
+a ``with`` block (also on exceptions and Ctrl-C) and, as each server watches its parent,
 when this process dies.
 
 Example:

@@ -29,12 +29,23 @@ class Observation:
         with no step in the window.
       live_workers: indices of workers the coordinator considers alive.
       staleness_p95: 95th percentile of staleness in the window (None if no pushes).
+      running_times: seconds each worker's current step has run so far (None: not
+        running); a step running far longer than the worker's recent ones is a stall
+        (frozen or suddenly slowed worker) seen before the step ends.
     """
 
     version: int
     iteration_times: tuple
     live_workers: tuple
     staleness_p95: float | None = None
+    running_times: tuple | None = None
+
+    def effective_times(self) -> tuple:
+        """Each worker's iteration time as it stands now: its recent mean, or the time
+        its running step has taken when that is longer."""
+        running = self.running_times or (None,) * len(self.iteration_times)
+        return tuple(t if t is None or r is None else max(t, r)
+                     for t, r in zip(self.iteration_times, running))
 
 
 class Policy:
@@ -194,9 +205,9 @@ class BackupWorkers(Policy):
 class Adaptive(Policy):
     """Choose K and sync/async from measured iteration times, every ``refresh_every`` updates.
 
-    K is the number of live workers whose recent iteration time is within ``tolerance``
-    times the fastest worker's. When that is every live worker the cluster is treated as
-    homogeneous and runs BSP. Otherwise it runs K-async, so the slower workers keep
+    K is the number of live workers whose iteration time (recent mean, or the running
+    step's time when a worker stalls) is within ``tolerance`` times the fastest's.
+    When that is every live worker the cluster is treated as homogeneous and runs BSP. Otherwise it runs K-async, so the slower workers keep
     contributing, with staleness bounded at ``staleness_slack`` times the staleness the
     slowest worker is expected to have at the measured speeds (gradients beyond it, e.g.
     from a worker that was paused, are dropped).
@@ -227,13 +238,12 @@ class Adaptive(Policy):
         return Rule(k=num_workers, wait=True, max_staleness=0)
 
     def observe(self, observation):
+        now = observation.effective_times()
         live = [w for w in observation.live_workers
-                if observation.iteration_times[w] is not None
-                and math.isfinite(observation.iteration_times[w])
-                and observation.iteration_times[w] > 0]
+                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
         if not live:
             return None
-        times = sorted(observation.iteration_times[w] for w in live)
+        times = sorted(now[w] for w in live)
         fastest = times[0]
         k = sum(1 for t in times if t <= self.tolerance * fastest)
         if k == len(observation.live_workers):
@@ -242,9 +252,11 @@ class Adaptive(Policy):
                       f"({fastest * 1e3:.1f} ms): BSP")
         else:
             # k-async applies an update every k arrivals; at these speeds a worker with
-            # time t sees about t * sum(1/t_j) / k updates while it computes.
+            # time t sees about t * sum(1/t_j) / k updates while it computes. The bound
+            # follows the slowest worker's finished steps: a stalled step, when it ends,
+            # is beyond it and dropped.
             rate = sum(1.0 / t for t in times) / k
-            expected = times[-1] * rate
+            expected = max(observation.iteration_times[w] for w in live) * rate
             bound = max(1, math.ceil(self.staleness_slack * expected))
             rule = Rule(k=k, wait=False, max_staleness=bound)
             reason = (f"{len(times) - k} of {len(times)} measured workers slower than "

@@ -105,14 +105,10 @@ class PSUpdateState:
                 counters[_PENDING] >= self.rule_vec[_K])
 
     def set_rule(self, rule: Rule) -> None:
-        self._set_rule(tf.constant(_encode(rule), tf.int64))
-
-    @tf.function
-    def _set_rule(self, encoded):
-        def body():
-            with tf.control_dependencies([self.rule_vec.assign(encoded)]):
-                return tf.identity(self.counter_vec[_V])
-        self.critical_section.execute(body, exclusive_resource_access=False)
+        # One assign of the packed rule, outside the critical section: a push reads the
+        # rule once, so it sees the old or the new one whole, and a change of rule never
+        # queues behind pushes (it is what unblocks them when a worker stalls).
+        self.rule_vec.assign(tf.constant(_encode(rule), tf.int64))
 
     # -- worker side (traced into scheduled functions) ----------------------------------
     def accumulator(self, var):
@@ -140,9 +136,17 @@ class PSUpdateState:
         grads = [tf.convert_to_tensor(g) for _, _, g in updates]
         finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
         accumulators = [] if direct else [self.accumulator(v) for _, v, _ in updates]
-        samples = tf.cast(samples, tf.float32)
-        worker = tf.reshape(tf.cast(worker, tf.int64), [1, 1])
-        iteration_time = tf.cast(iteration_time, tf.float64)
+        # Everything the critical section reads is copied to the PS first: its lock is
+        # taken only once the inputs are there, so a worker frozen or killed mid-push
+        # can never hold the lock (and every other worker) while its tensors are on
+        # the way.
+        with tf.device(self.device):
+            grads = [tf.identity(g) for g in grads]
+            finite, version_read = tf.identity(finite), tf.identity(version_read)
+            samples = tf.cast(samples, tf.float32)
+            worker = tf.reshape(tf.cast(worker, tf.int64), [1, 1])
+            iteration_time = tf.cast(iteration_time, tf.float64)
+        updates = [(fn, v, g) for (fn, v, _), g in zip(updates, grads)]
 
         def body():
             # Everything the decision computes stays on the PS: a value that bounced to

@@ -56,7 +56,11 @@ class AllocationSchedule:
 
     def observe(self, version: int, speeds) -> list | None:
         """Measured samples/s per worker over the last window (None or NaN where a
-        worker has no measurement); returns new sizes, or None to keep the current."""
+        worker has no measurement); returns new sizes, or None to keep the current.
+
+        After profiling, a window with any unusable speed (None, NaN, inf, zero,
+        negative) gives equal sizes with an `AllocatorFallbackWarning`; the next
+        window with sane speeds for every worker allocates again."""
         measured = np.array([np.nan if s is None else float(s) for s in speeds])
         profiled = len(self.history) > 1
         if self.mode == "static" and profiled:
@@ -66,13 +70,18 @@ class AllocationSchedule:
             return None  # keep profiling until every worker has been measured
         forecast = None
         target = measured
-        if self.mode == "forecast":
-            # The forecaster carries bad values forward (with a warning) itself.
-            self.forecaster.update(measured.reshape(-1, 1))
-            forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
-            target = forecast
-        sizes = self.allocator.allocate(target)  # warns and falls back on bad speeds
-        stage = "allocate" if profiled else "first allocation from profile"
+        if not usable.all():
+            # A glitch or a worker that stopped reporting: no forecast is trustworthy
+            # (and the forecaster is not fed the garbage); the allocator warns and
+            # falls back to equal sizes until every worker reports sane speeds again.
+            stage = "fallback: unusable speeds"
+        else:
+            stage = "allocate" if profiled else "first allocation from profile"
+            if self.mode == "forecast":
+                self.forecaster.update(measured.reshape(-1, 1))
+                forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
+                target = forecast
+        sizes = self.allocator.allocate(target)
         self.history.append({
             "version": int(version), "stage": stage,
             "measured": [None if not math.isfinite(m) else float(m) for m in measured],

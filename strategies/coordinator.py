@@ -9,6 +9,7 @@ CPU on the workers and never blocks inside a TensorFlow function, where a failed
 worker could leave a scheduled function hanging.
 """
 
+import collections
 import logging
 import threading
 import time
@@ -17,6 +18,10 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
 #: seconds between re-checks while waiting, in case a notification is missed.
 _RECHECK_S = 0.5
+#: steps per worker behind its recent iteration time.
+_RECENT_STEPS = 10
+#: a running step this many times its worker's recent mean (and >= _RECHECK_S) is a stall.
+_STALL_FACTOR = 4.0
 
 
 class _GatedClosureQueue:
@@ -29,7 +34,10 @@ class _GatedClosureQueue:
         # iteration time policies and the batch allocator see, slowdowns included.
         self.busy_s = [0.0] * num_workers
         self.steps = [0] * num_workers
-        self._started = {}
+        self.recent = [collections.deque(maxlen=_RECENT_STEPS) for _ in range(num_workers)]
+        self.retried = 0  # closures put back after a worker failed while running them
+        self._started = {}  # worker -> (start time, closure) of the step it is running
+        self._thread_tags = {}  # worker thread id -> worker index
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
         self._since_refresh = 0
@@ -39,6 +47,40 @@ class _GatedClosureQueue:
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
+
+    def put_back(self, closure):
+        # TensorFlow re-queues the closure of a failed worker for another worker: the
+        # failed attempt is not a step, and its time is not the worker's.
+        for tag, (_, running) in list(self._started.items()):
+            if running is closure:
+                del self._started[tag]
+                self.retried += 1
+        return self._queue.put_back(closure)
+
+    # A worker thread ends a step with one of these, before the step counts as done for
+    # `join`: telemetry read after `fit` returns includes every step.
+    def mark_finished(self):
+        self._end_step()
+        return self._queue.mark_finished()
+
+    def mark_failed(self, e):
+        self._end_step()
+        return self._queue.mark_failed(e)
+
+    def _end_step(self):
+        tag = self._thread_tags.get(threading.get_ident())
+        started = self._started.pop(tag, None)
+        if started is not None:
+            elapsed = time.monotonic() - started[0]
+            self.busy_s[tag] += elapsed
+            self.steps[tag] += 1
+            self.recent[tag].append(elapsed)
+
+    def in_flight_s(self):
+        """Seconds each worker has been running its current step (None: not running)."""
+        now = time.monotonic()
+        started = dict(self._started)
+        return [now - started[w][0] if w in started else None for w in range(len(self.steps))]
 
     def _step_finished(self):
         strategy = self._strategy
@@ -101,10 +143,7 @@ class _GatedClosureQueue:
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
-            started = self._started.pop(tag, None)
-            if started is not None:
-                self.busy_s[tag] += time.monotonic() - started
-                self.steps[tag] += 1
+            self._thread_tags[threading.get_ident()] = tag
             self._step_finished()
             while True:
                 with self._changed:
@@ -122,7 +161,7 @@ class _GatedClosureQueue:
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
                 closure, cc.ResourceClosure):
-            self._started[tag] = time.monotonic()
+            self._started[tag] = (time.monotonic(), closure)
         return closure
 
 
@@ -140,6 +179,25 @@ class KSyncCoordinator(cc.ClusterCoordinator):
         """(seconds each worker spent executing steps, steps each executed)."""
         queue = self._cluster.closure_queue
         return list(queue.busy_s), list(queue.steps)
+
+    def iteration_times(self):
+        """(mean seconds of each worker's last steps, seconds its running step has taken
+        so far); None where a worker has no finished or no running step."""
+        queue = self._cluster.closure_queue
+        means = [sum(r) / len(r) if r else None for r in queue.recent]
+        return means, queue.in_flight_s()
+
+    def stalled(self) -> bool:
+        """Whether a worker's running step has taken far longer than its recent steps
+        (frozen, or suddenly much slower): policies should not wait for the next
+        scheduled observation to see it."""
+        return any(mean is not None and running is not None and running >= _RECHECK_S
+                   and running > _STALL_FACTOR * mean
+                   for mean, running in zip(*self.iteration_times()))
+
+    def retried(self) -> int:
+        """Steps re-run on another worker because their worker failed mid-step."""
+        return self._cluster.closure_queue.retried
 
     def live_workers(self):
         """Indices of workers with no unrecovered failure."""

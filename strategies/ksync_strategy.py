@@ -30,7 +30,9 @@ strategy; with K-sync, K steps make one update. ``optimizer.iterations`` counts 
 
 import contextlib
 import dataclasses
+import os
 import sys
+import tempfile
 import threading
 
 import tensorflow as tf
@@ -114,7 +116,9 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         size in proportion to its speed (the dataset_fn must then return unbatched
         examples; see `strategies.allocation`). None: the input's own batches.
       forecaster: a fitted `predictor.Forecaster` predicting each worker's speed for
-        the allocation, e.g. `predictor.GRUSmoothingForecaster.default()`.
+        the allocation, e.g. `predictor.GRUSmoothingForecaster.default()`. The strategy
+        trains its own copy online (connecting to the cluster invalidates Keras
+        variables made before it); `KSyncCheckpoint` saves that copy.
       allocation_mode: "static" (profile, then keep the first allocation), "last"
         (re-allocate from the last measured speeds) or "forecast" (the default when a
         forecaster is given).
@@ -154,7 +158,10 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         elif forecaster is not None or allocation_mode is not None:
             raise ValueError("forecaster and allocation_mode need batch_allocation="
                              "predictor.BatchAllocator(global_batch, ...).")
+        snapshot = _Snapshot(forecaster) if forecaster is not None else None
         super().__init__(cluster_resolver, variable_partitioner)
+        if snapshot is not None:
+            schedule.forecaster = snapshot.restore()
         self._extended.__class__ = _KSyncExtended
         self._policy = policy
         self._policy_rule = rule  # what the policy asks for; _rule is what runs
@@ -192,6 +199,9 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         return super().experimental_distribute_dataset(dataset, options)
 
     # -- the push -----------------------------------------------------------------------
+    # Plumbing, not user code: autograph must not rewrite it when a user's tf.function
+    # calls `strategy.run` (it mangles the nested calls).
+    @tf.autograph.experimental.do_not_convert
     def run(self, fn, args=(), kwargs=None, options=None):
         ext = self._extended
         if not tf.inside_function() or ext._collecting is not None:
@@ -252,9 +262,11 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             version = now[0]["version"]
             if self._observed is None:
                 self._observed = now
-            elif (self._policy.refresh_every and version - self._observed[0]["version"]
-                  >= self._policy.refresh_every):
-                proposed = self._policy.observe(_observation(self._observed, now, live))
+            elif self._policy.refresh_every and (
+                    version - self._observed[0]["version"] >= self._policy.refresh_every
+                    or self.coordinator.stalled()):
+                proposed = self._policy.observe(_observation(
+                    self._observed[0], now[0], *self.coordinator.iteration_times(), live))
                 if proposed is not None:
                     self._policy_rule = proposed
                 self._observed = now
@@ -291,21 +303,49 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
 
     def telemetry(self) -> dict:
         """Counters, per-worker speed, staleness and batch size, the policy's rule over
-        time and, with batch allocation, the allocation history."""
+        time and, with batch allocation, the allocation history. ``retried`` counts
+        steps TensorFlow re-ran on another worker after theirs failed mid-step: a failed
+        attempt that had already pushed its gradient counts in ``pushed`` (its gradient
+        reached the PS once), so ``pushed - sum(steps) <= retried``."""
         busy, steps = self.coordinator.worker_busy()
         schedule = self._allocation.schedule if self._allocation else None
-        return build_telemetry(self._state.counters(), self._policy, self._rule,
-                               busy, steps, schedule)
+        telemetry = build_telemetry(self._state.counters(), self._policy, self._rule,
+                                    busy, steps, schedule)
+        telemetry["retried"] = self.coordinator.retried()
+        return telemetry
 
 
-def _observation(previous, now, live):
-    """What changed between two (counters, busy seconds, steps) snapshots."""
-    (before, busy_before, steps_before), (counters, busy, steps) = previous, now
-    times = tuple((b - a) / (n - m) if n > m else None
-                  for a, b, m, n in zip(busy_before, busy, steps_before, steps))
+class _Snapshot:
+    """A forecaster's saved state, to rebuild it once the cluster is connected.
+
+    Connecting renames the chief's local device (and drops the old context), so Keras
+    variables created before it, such as those of a forecaster made just before the
+    strategy, can no longer be read."""
+
+    def __init__(self, forecaster):
+        self._type = type(forecaster)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "forecaster.npz")
+            forecaster.save(path)
+            with open(path, "rb") as f:
+                self._data = f.read()
+
+    def restore(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "forecaster.npz")
+            with open(path, "wb") as f:
+                f.write(self._data)
+            return self._type.load(path)
+
+
+def _observation(before, counters, iteration_times, running_times, live):
+    """What the policy sees: the PS version, each worker's recent and running step
+    times, and the staleness of the pushes since the ``before`` counters."""
     hist = counters["staleness_hist"].sum(axis=0) - before["staleness_hist"].sum(axis=0)
-    return ksync.Observation(version=int(counters["version"]), iteration_times=times,
-                             live_workers=live, staleness_p95=staleness_quantile(hist, 0.95))
+    return ksync.Observation(version=int(counters["version"]),
+                             iteration_times=tuple(iteration_times), live_workers=live,
+                             staleness_p95=staleness_quantile(hist, 0.95),
+                             running_times=tuple(running_times))
 
 
 def _batch_size(args, kwargs):

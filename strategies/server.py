@@ -13,24 +13,30 @@ TF_CONFIG='{"cluster": {"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]},
 """
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
 import threading
+import time
 
 from strategies.launch_net import check_port_free
 from strategies.tf_config import SERVER_JOBS, TFConfig
 
 
-def die_with_parent():
-    """Ask Linux to SIGTERM this process when its parent exits (no-op elsewhere)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+def die_with_parent(poll_s: float = 0.2):
+    """Exit at once when the process that started this one exits, however it ends.
+
+    A watcher thread, not Linux's parent-death signal: that signal fires when the
+    *thread* that started the process exits, so a task restarted from a helper thread
+    (a harness, a test) would die with that thread."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        exit_now(0)
+
+    threading.Thread(target=watch, name="ksync-parent-watch", daemon=True).start()
 
 
 def serve(config: TFConfig, stop_file: str | None = None, poll_s: float = 0.2,

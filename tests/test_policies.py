@@ -116,6 +116,25 @@ def test_adaptive_persistent_straggler_goes_k_async_with_bounded_staleness():
     assert [v for v, _, _ in policy.history] == [0, 20, 40]
 
 
+def test_adaptive_stops_waiting_for_a_stalled_worker_and_drops_its_late_gradient():
+    policy = ksync.Adaptive(tolerance=1.3)
+    policy.rule(3)
+    times = (0.010, 0.010, 0.010)
+    running = (None, 0.005, 2.0)  # worker 2 has been in one step for 2 s: frozen
+    rule = policy.observe(ksync.Observation(version=20, iteration_times=times,
+                                            live_workers=(0, 1, 2), running_times=running))
+    assert rule.k == 2 and not rule.wait
+    # The bound follows the stalled worker's normal speed, so the gradient it finishes
+    # 2 s later (about 200 updates stale) is dropped.
+    assert rule.max_staleness <= 4
+    assert rule.weight(staleness=200) == 0.0
+    # It thaws and steps at its old speed again: BSP.
+    back = policy.observe(ksync.Observation(version=60, iteration_times=times,
+                                            live_workers=(0, 1, 2), running_times=running[:2]
+                                            + (None,)))
+    assert back == ksync.BSP().rule(3)
+
+
 def test_adaptive_ignores_workers_without_measurements():
     policy = ksync.Adaptive()
     policy.rule(3)

@@ -1,0 +1,134 @@
+"""Soak run: long trace-driven training with a fault every few minutes, against the same
+training undisturbed.
+
+A worker is frozen (SIGSTOP for ``--pause-s``) or killed (and restarted
+``--down-s`` later) every ``--fault-every-s`` seconds, round robin over the workers, for
+``--minutes`` of the `trace` scenario under one policy. Then the same scenario runs
+without faults for the same number of pushes. It prints and writes (``--out``/soak.json)
+the faults injected, the counters of both runs and their final accuracies, and exits 1
+when the counters are inconsistent or the accuracy of the faulted run is more than
+``--tolerance`` below the undisturbed one.
+
+```
+python -m cluster_sim.soak --minutes 30 --traces ../shared/traces/alibaba_pai --out runs/soak
+```
+"""
+
+import argparse
+import gc
+import json
+import os
+import pathlib
+import sys
+
+
+def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: float,
+                 down_s: float) -> list[dict]:
+    """Scenario events: alternately a pause and a kill-and-restart, one every ``every_s``,
+    each on the next worker, none running past ``duration_s``.
+
+    >>> [(e["action"], e["worker"], e["at_s"]) for e in fault_events(4, 400, 120, 20, 30)]
+    [('pause', 0, 120.0), ('kill', 1, 240.0), ('pause', 2, 360.0)]
+    """
+    events = []
+    at = float(every_s)
+    while at + max(pause_s, down_s) < duration_s:
+        worker = len(events) % num_workers
+        if len(events) % 2 == 0:
+            events.append({"action": "pause", "worker": worker, "at_s": at,
+                           "duration_s": pause_s})
+        else:
+            events.append({"action": "kill", "worker": worker, "at_s": at,
+                           "restart_at_s": at + down_s})
+        at += every_s
+    return events
+
+
+def consistent(result: dict) -> bool:
+    return result["applied"] + result["dropped"] + result["pending"] == result["pushed"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cluster_sim.soak", description=__doc__)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--fault-every-s", type=float, default=180.0)
+    parser.add_argument("--pause-s", type=float, default=30.0)
+    parser.add_argument("--down-s", type=float, default=30.0)
+    parser.add_argument("--policy", default="adaptive", help="policy spec for ksync.parse")
+    parser.add_argument("--scenario", default="trace")
+    parser.add_argument("--traces", help="trace directory (default: the vendored sample)")
+    parser.add_argument("--tolerance", type=float, default=0.01,
+                        help="accuracy the faulted run may lose (default 0.01: 1 point)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/soak")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    import dataclasses
+
+    from tqdm import tqdm
+
+    from cluster_sim.harness import Arm, run_arm
+    from cluster_sim.local_cluster import LocalCluster
+    from cluster_sim.netns import isolate_loopback
+    from cluster_sim.scenarios import load_scenario, parse_scenario
+
+    base = load_scenario(args.scenario, traces_dir=args.traces)
+    duration = args.minutes * 60.0
+    events = fault_events(base.num_workers, duration, args.fault_every_s, args.pause_s,
+                          args.down_s)
+    faulted = parse_scenario({"name": f"{base.name}+faults", "workers": base.num_workers,
+                              "events": events}, source="soak")
+    # The scenario's workload and slowdowns, run for the whole duration: no target stops it.
+    soak = dataclasses.replace(base, name=faulted.name, events=faulted.events,
+                               target_accuracy=2.0, time_budget_s=duration,
+                               max_pushes=10**9)
+    arm = Arm(args.policy, args.policy)
+    isolate_loopback()
+    results = {}
+    with LocalCluster(num_workers=base.num_workers) as cluster:
+        runs = [("faulted", soak)]
+        while runs:
+            label, scenario = runs.pop(0)
+            # The faulted run lasts its minutes; the undisturbed one makes as many pushes.
+            total = None if label == "faulted" else scenario.max_pushes
+            with tqdm(total=total, desc=f"{label:>12}", unit="push") as bar:
+                def progress(pushes, accuracy, bar=bar):
+                    bar.update(pushes - bar.n)
+                    bar.set_postfix(accuracy=f"{accuracy:.3f}")
+                results[label] = run_arm(cluster, arm, scenario, seed=args.seed,
+                                         progress=progress)
+            if label == "faulted":
+                runs.append(("undisturbed", dataclasses.replace(
+                    soak, name=base.name, events=(), time_budget_s=10 * duration,
+                    max_pushes=results["faulted"]["pushed"])))
+        gc.collect()  # release remote functions while the servers still answer
+    faults = results["faulted"]["events"]
+    ok_counters = all(consistent(r) for r in results.values())
+    loss = results["undisturbed"]["final_accuracy"] - results["faulted"]["final_accuracy"]
+    report = {
+        "argv": sys.argv, "policy": args.policy, "minutes": args.minutes,
+        "faults_scheduled": events, "faults_applied": faults,
+        "counters_consistent": ok_counters, "accuracy_loss": loss,
+        **{label: {k: r[k] for k in ("final_accuracy", "wall_s", "pushed", "applied",
+                                      "dropped", "pending", "version", "retried",
+                                      "worker_pushes", "k_history")}
+           for label, r in results.items()},
+    }
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(report, indent=1, default=str))
+    for label in ("faulted", "undisturbed"):
+        r = report[label]
+        print(f"{label:>12}: accuracy {r['final_accuracy']:.4f}, {r['pushed']} pushed = "
+              f"{r['applied']} applied + {r['dropped']} dropped + {r['pending']} pending, "
+              f"{r['version']} updates, {r['retried']} retried, {r['wall_s']:.0f} s")
+    print(f"faults applied: {len(faults)} ({', '.join(f'{a}@{t:.0f}s:w{w}' for t, w, a in faults)})")
+    print(f"accuracy loss {loss * 100:+.2f} points (tolerance {args.tolerance * 100:.1f}); "
+          f"counters {'consistent' if ok_counters else 'INCONSISTENT'}; {out / 'soak.json'}")
+    return 0 if ok_counters and loss <= args.tolerance else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Checkpoints of a `KSyncStrategy` run, to continue after a parameter server restarts.
+
+A PS holds the model, the optimizer slots and the k-sync state (version, counters, the
+pending round's gradient aggregate); when it dies they are gone. `KSyncCheckpoint` saves
+all of it from the chief at the end of every epoch (when `fit` has joined every step,
+so the snapshot is consistent), together with what lives on the chief: the policy's
+rule and history and, with batch allocation, the sizes, the schedule and the forecaster.
+
+The procedure after a PS failure (`fit` raises one of `PS_FAILURES` within a second):
+restart the PS task (your cluster manager does; `ksync-launch` on its machine), then in
+the chief build a new strategy and model exactly as before, restore, and fit on from
+the restored epoch. The variables of the old strategy cannot be reused: they belonged
+to the dead server.
+
+Example:
+
+```python
+def build():
+    strategy = strategies.KSyncStrategy(resolver, policy=ksync.Adaptive())
+    with strategy.scope():
+        model = make_model()
+        model.compile(keras.optimizers.SGD(0.1, momentum=0.9), loss)
+    return strategy, KSyncCheckpoint(strategy, model, "ckpt")
+
+strategy, ckpt = build()
+while True:
+    epoch = ckpt.restore()                       # 0 when there is no checkpoint yet
+    try:
+        ckpt.model.fit(creator, initial_epoch=epoch, epochs=20, steps_per_epoch=100,
+                       callbacks=[ckpt.callback()])
+        break
+    except PS_FAILURES:
+        stop_coordinator(strategy)
+        wait_for_ps(resolver, timeout_s=600)     # the PS task is being restarted
+        strategy, ckpt = build()
+```
+"""
+
+import json
+import os
+import socket
+import time
+
+import tensorflow as tf
+import tf_keras as keras
+
+import ksync
+
+#: What `fit` raises when a parameter server dies (it varies with the moment of death).
+PS_FAILURES = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError)
+
+
+def _rule_to_dict(rule):
+    return {"k": rule.k, "wait": rule.wait, "max_staleness": rule.max_staleness,
+            "stale_action": rule.stale_action}
+
+
+class KSyncCheckpoint:
+    """Save and restore a run of ``model`` under ``strategy`` in ``directory``.
+
+    Args:
+      strategy: the `KSyncStrategy` the model was built under.
+      model: a compiled tf_keras model (its optimizer is saved with it).
+      directory: where checkpoints go (the chief's disk, or shared storage).
+      max_to_keep: checkpoints kept; older ones are deleted.
+    """
+
+    def __init__(self, strategy, model, directory, max_to_keep: int = 3):
+        from strategies.ksync_strategy import KSyncStrategy, _KSyncExtended
+        if not isinstance(strategy, KSyncStrategy):
+            raise TypeError(f"KSyncCheckpoint needs a KSyncStrategy, got "
+                            f"{type(strategy).__name__}.")
+        if getattr(model, "optimizer", None) is None:
+            raise ValueError("compile the model before creating its KSyncCheckpoint: the "
+                             "optimizer's state is part of the checkpoint.")
+        self.strategy, self.model, self.directory = strategy, model, os.fspath(directory)
+        state = strategy._state
+        with strategy.scope():
+            # Slots and the round aggregates must exist to be saved and restored; they are
+            # otherwise created lazily by the first step.
+            model.optimizer.build(model.trainable_variables)
+            accumulators = [state.accumulator(_KSyncExtended._unwrap(v))
+                            for v in model.trainable_variables]
+        ps_state = dict(counters=state.counter_vec, rule=state.rule_vec,
+                        contributed=state.contributed, worker_sums=state.worker_sums,
+                        worker_last=state.worker_last, staleness=state.staleness_hist,
+                        pending_samples=state.pending_samples, accumulators=accumulators)
+        if strategy._allocation is not None:
+            ps_state["batch_sizes"] = strategy._allocation.sizes
+        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
+                                               ksync=tf.train.Checkpoint(**ps_state))
+        self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory,
+                                                   max_to_keep=max_to_keep)
+
+    @property
+    def latest(self) -> str | None:
+        """Path prefix of the newest checkpoint, or None."""
+        return self._manager.latest_checkpoint
+
+    def save(self, epoch: int) -> str:
+        """Write a checkpoint for ``epoch`` finished epochs; its path prefix."""
+        path = self._manager.save(checkpoint_number=epoch)
+        strategy = self.strategy
+        side = {"epoch": int(epoch), "policy": repr(strategy.policy),
+                "policy_rule": _rule_to_dict(strategy._policy_rule),
+                "rule": _rule_to_dict(strategy.rule),
+                "history": [[v, _rule_to_dict(r), why] for v, r, why in strategy.policy.history]}
+        schedule = strategy._allocation.schedule if strategy._allocation else None
+        if schedule is not None:
+            side["allocation"] = {"sizes": schedule.sizes, "history": schedule.history,
+                                  "allocator": _allocator_state(schedule.allocator)}
+            if schedule.forecaster is not None:
+                schedule.forecaster.save(f"{path}.forecaster.npz")
+        tmp = f"{path}.ksync.json.tmp"
+        with open(tmp, "w") as f:
+            json.dump(side, f)
+        os.replace(tmp, f"{path}.ksync.json")  # a crash mid-save leaves the old one
+        return path
+
+    def restore(self) -> int:
+        """Load the newest checkpoint into the model, optimizer and strategy; the number
+        of finished epochs it holds (0, and nothing loaded, when there is none)."""
+        path = self.latest
+        if path is None:
+            return 0
+        strategy = self.strategy
+        try:
+            with open(f"{path}.ksync.json") as f:
+                side = json.load(f)
+            self._checkpoint.restore(path).assert_existing_objects_matched()
+        except (OSError, ValueError, AssertionError, tf.errors.OpError) as err:
+            raise ValueError(
+                f"checkpoint {path} cannot be restored into this model and strategy "
+                f"({type(err).__name__}: {err}). Build the same model, optimizer, policy and "
+                f"batch allocation as the run that wrote it, or start afresh in another "
+                f"directory than {self.directory}.") from err
+        if side["policy"] != repr(strategy.policy):
+            raise ValueError(f"checkpoint {path} was written under {side['policy']}, this "
+                             f"strategy runs {strategy.policy!r}; use the same policy.")
+        strategy.policy.history = [(v, ksync.Rule(**r), why) for v, r, why in side["history"]]
+        strategy._policy_rule = ksync.Rule(**side["policy_rule"])
+        strategy._rule = ksync.Rule(**side["rule"])  # its PS copy was restored above
+        allocation = side.get("allocation")
+        if allocation is not None:
+            schedule = strategy._allocation.schedule
+            schedule.sizes, schedule.history = allocation["sizes"], allocation["history"]
+            _set_allocator_state(schedule.allocator, allocation["allocator"])
+            if schedule.forecaster is not None:
+                schedule.forecaster = type(schedule.forecaster).load(
+                    f"{path}.forecaster.npz")
+        return int(side["epoch"])
+
+    def callback(self) -> keras.callbacks.Callback:
+        """A callback that saves at the end of every epoch."""
+        return _SaveEveryEpoch(self)
+
+
+class _SaveEveryEpoch(keras.callbacks.Callback):
+    def __init__(self, checkpoint):
+        super().__init__()
+        self.checkpoint = checkpoint
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Under parameter-server training fit has joined every step of the epoch here.
+        self.checkpoint.save(epoch + 1)
+
+
+def _allocator_state(allocator):
+    anchor = allocator._anchor
+    return {"anchor": None if anchor is None else [float(a) for a in anchor],
+            "current": allocator._current}
+
+
+def _set_allocator_state(allocator, state):
+    import numpy as np
+    allocator._anchor = None if state["anchor"] is None else np.array(state["anchor"])
+    allocator._current = state["current"]
+
+
+def stop_coordinator(strategy) -> None:
+    """End the threads of a strategy whose parameter server died (they would keep
+    retrying the dead server)."""
+    strategy.coordinator._cluster.stop()
+
+
+def wait_for_ps(cluster_resolver, timeout_s: float = 300.0, poll_s: float = 0.5) -> None:
+    """Block until every PS task of the cluster accepts connections again; TimeoutError
+    naming the tasks still down after ``timeout_s``."""
+    tasks = cluster_resolver.cluster_spec().as_dict().get("ps", [])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        down = [address for address in tasks if not _accepts(address)]
+        if not down:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"parameter server(s) {down} did not come back within "
+                               f"{timeout_s:.0f} s; restart them (ksync-launch with their "
+                               "TF_CONFIG) and check the network between chief and PS.")
+        time.sleep(poll_s)
+
+
+def _accepts(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False

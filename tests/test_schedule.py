@@ -1,0 +1,54 @@
+"""AllocationSchedule: profile, allocate, and fall back to equal sizes on garbage."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import predictor
+from predictor import AllocatorFallbackWarning, BatchAllocator
+from predictor.schedule import AllocationSchedule
+
+GOOD = [300.0, 300.0, 100.0]
+
+
+def schedule(mode):
+    forecaster = predictor.GRUSmoothingForecaster.default() if mode == "forecast" else None
+    s = AllocationSchedule(BatchAllocator(96, min_batch=4), forecaster=forecaster, mode=mode)
+    s.initial(3)
+    return s
+
+
+def allocate_quietly(s, version, speeds):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # good data must not warn
+        return s.observe(version, speeds)
+
+
+@pytest.mark.parametrize("mode", ["last", "forecast"])
+@pytest.mark.parametrize("garbage", [
+    [0.0, 0.0, 0.0], [300.0, -5.0, 100.0], [np.nan, 300.0, 100.0], [300.0, 300.0, np.inf],
+    [300.0, None, 100.0]], ids=["zeros", "negative", "nan", "inf", "stopped-reporting"])
+def test_garbage_falls_back_to_equal_sizes_then_recovers(mode, garbage):
+    s = schedule(mode)
+    first = allocate_quietly(s, 10, GOOD)
+    assert first[2] < first[0] / 2  # the slow worker gets a small batch
+    with pytest.warns(AllocatorFallbackWarning, match="equal batch sizes"):
+        assert s.observe(20, garbage) == [32, 32, 32]
+    assert s.history[-1]["stage"] == "fallback: unusable speeds"
+    for version in (30, 40):  # the forecaster needs its level back, not a fresh start
+        sizes = allocate_quietly(s, version, GOOD) or s.sizes
+    assert sizes[2] < sizes[0] / 2 and sum(sizes) == 96
+
+
+def test_profiling_waits_until_every_worker_is_measured():
+    s = schedule("last")
+    assert s.observe(10, [300.0, None, 100.0]) is None
+    assert s.history[-1]["stage"] == "profile"
+    assert s.observe(20, GOOD) is not None
+
+
+def test_static_mode_keeps_the_first_allocation():
+    s = schedule("static")
+    first = s.observe(10, GOOD)
+    assert s.observe(20, [100.0, 300.0, 300.0]) is None and s.sizes == first
