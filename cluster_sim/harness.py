@@ -77,51 +77,68 @@ ARMS = {
 }
 
 
-_SIGNALS = {"pause": "SIGSTOP", "resume": "SIGCONT", "kill": "SIGKILL"}
-
-
 class _ScenarioPlayer(threading.Thread):
     """Keeps the in-graph delays at the scenario's speeds (on the training clock) and
-    plays its events on the wall clock from the start of the run: pause, resume and kill
-    as signals from a helper process, restart from here."""
+    plays its events on the wall clock from the start of the run. Each pause gets its own
+    signaller process, started when the pause is due (so it signals the worker process
+    running then, restarted or not), which also sends the resume: a call blocked on the
+    paused worker can hold this process's GIL. Kills and restarts are done from here."""
+
+    _NAMES = {"SIGSTOP": "pause", "SIGCONT": "resume"}
 
     def __init__(self, cluster, scenario, clock, slowdown, us_per_sample):
         super().__init__(daemon=True)
         self.cluster, self.scenario, self.clock = cluster, scenario, clock
         self.slowdown, self.us_per_sample = slowdown, us_per_sample
         self.stop = threading.Event()
-        self.applied = []
-        signals = [(e.at_s, cluster.pid("worker", e.worker), _SIGNALS[e.action])
-                   for e in scenario.events if e.action in _SIGNALS]
-        self._restarts = [e for e in scenario.events if e.action == "restart"]
-        # From a separate process: a call blocked on a paused worker can hold our GIL.
-        self._signaller = Signaller(signals) if signals else None
+        self.applied = []  # (seconds into the run, worker, action)
+        self.error = None
+        self._signallers = []  # (seconds into the run, worker, Signaller)
         self._t0 = time.monotonic()
 
     def run(self):
         speeds = None
-        restarts = list(self._restarts)
-        while not self.stop.wait(0.1):
-            if self.scenario.speeds_at(self.clock()) != speeds:
-                speeds = self.scenario.speeds_at(self.clock())
-                self.slowdown.set_speeds(speeds, self.us_per_sample)
-            while restarts and restarts[0].at_s <= time.monotonic() - self._t0:
-                event = restarts.pop(0)
-                self.cluster.restart("worker", event.worker)
-                self.applied.append((round(time.monotonic() - self._t0, 2),
-                                     event.worker, "restart"))
+        events = list(self.scenario.events)
+        try:
+            while not self.stop.wait(0.1):
+                if self.scenario.speeds_at(self.clock()) != speeds:
+                    speeds = self.scenario.speeds_at(self.clock())
+                    self.slowdown.set_speeds(speeds, self.us_per_sample)
+                now = time.monotonic() - self._t0
+                while events and events[0].at_s <= now:
+                    self._play(events.pop(0), events, now)
+        except Exception as err:  # pylint: disable=broad-except
+            self.error = err  # raised by finish(), in the training thread
+
+    def _play(self, event, later, now):
+        w = event.worker
+        if event.action == "pause":
+            resume = next(e.at_s for e in later if e.worker == w and e.action == "resume")
+            pid = self.cluster.pid("worker", w)
+            self._signallers.append((now, w, Signaller(
+                [(0.0, pid, "SIGSTOP"), (max(0.0, resume - now), pid, "SIGCONT")])))
+        elif event.action == "kill":
+            self.cluster.kill("worker", w)
+            self.applied.append((round(now, 2), w, "kill"))
+        elif event.action == "restart":
+            self.cluster.restart("worker", w)
+            self.applied.append((round(now, 2), w, "restart"))
+        # "resume" is sent by its pause's signaller.
 
     def finish(self):
         self.stop.set()
         self.join()
-        if self._signaller is not None:
-            by_pid = {self.cluster.pid("worker", w): w for w in range(self.cluster.num_workers)}
-            names = {v: k for k, v in _SIGNALS.items()}
-            for at_s, pgid, name in self._signaller.finish():
-                self.applied.append((at_s, by_pid.get(pgid, pgid), names[name]))
-            self.applied.sort()
+        for started, w, signaller in self._signallers:
+            for at_s, _pgid, name in signaller.finish():
+                self.applied.append((round(started + at_s, 2), w, self._NAMES[name]))
+        self.applied.sort()
         for w in range(self.cluster.num_workers):  # leave every worker running
             self.cluster.resume("worker", w)
+            if not self.cluster.running("worker", w):
+                self.cluster.restart("worker", w)
+        if self.error is not None:
+            raise RuntimeError(f"scenario {self.scenario.name!r}: playing its events failed: "
+                               f"{self.error}") from self.error
 
 
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,

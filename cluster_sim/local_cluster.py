@@ -92,6 +92,7 @@ class LocalCluster:
     def _spawn(self, job: str, index: int) -> None:
         env = dict(os.environ)
         env.update({"TF_CONFIG": self.config.for_task(job, index).to_json(),
+                    "KSYNC_PARENT_PID": str(os.getpid()),
                     "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                     "CUDA_VISIBLE_DEVICES": "-1"})
         env.update(self._env)
@@ -125,6 +126,10 @@ class LocalCluster:
             total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
         return total
 
+    def running(self, job: str, index: int) -> bool:
+        """Whether the task's process is alive (paused counts as alive)."""
+        return self._procs[(job, index)].poll() is None
+
     def kill(self, job: str, index: int) -> None:
         """Kill one task at once (SIGKILL), as a machine failure would."""
         proc = self._procs[(job, index)]
@@ -133,7 +138,7 @@ class LocalCluster:
 
     def restart(self, job: str, index: int) -> None:
         """Start a task again on its old address after ``kill``."""
-        if self._procs[(job, index)].poll() is None:
+        if self.running(job, index):
             raise RuntimeError(f"{job}:{index} is still running; kill it first")
         self._spawn(job, index)
         wait_for_port(self._port(job, index), self.start_timeout_s, self._procs[(job, index)])

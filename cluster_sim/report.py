@@ -41,7 +41,7 @@ import sys
 import numpy as np
 
 __all__ = ["summarise", "write_report", "load_results", "main", "format_table", "markdown_table", "median_tta", "median_of",
-           "TTA_DEFINITION", "REQUIRED_KEYS"]
+           "step_time_spread", "TTA_DEFINITION", "REQUIRED_KEYS"]
 
 REQUIRED_KEYS = ("policy", "tta_s", "final_accuracy", "wall_s", "samples_per_s",
                  "staleness_p50", "staleness_p95", "curve")
@@ -134,6 +134,7 @@ def summarise(results) -> list[dict]:
                  "tta_reached": sum(r["tta_s"] is not None for r in runs)}
         for key in MEDIAN_KEYS:
             entry[key] = median_of([r.get(key) for r in runs])
+        entry["step_time_spread"] = median_of([step_time_spread(r) for r in runs])
         summaries.append(entry)
     for s in summaries:
         for name in BASELINES:
@@ -145,6 +146,17 @@ def summarise(results) -> list[dict]:
     return summaries
 
 
+def step_time_spread(run) -> float | None:
+    """Slowest worker's mean step time over the fastest's (1.0: nobody waits for anyone
+    at a barrier); None without per-worker step times.
+
+    >>> step_time_spread({"worker_step_times": [0.1, 0.12, None, 0.4]})
+    4.0
+    """
+    times = [t for t in run.get("worker_step_times") or () if t]
+    return max(times) / min(times) if times else None
+
+
 def _cell(value, fmt) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -152,12 +164,13 @@ def _cell(value, fmt) -> str:
 def _table(summaries) -> tuple[list[str], list[list[str]]]:
     """Header and string rows shared by the terminal and Markdown tables."""
     header = ["policy", "seeds", "TTA s", "reached", "TTA/BSP", "TTA/ASP", "final acc",
-              "samples/s", "hw eff", "idle", "stale p50", "stale p95"]
+              "samples/s", "hw eff", "idle", "step spread", "stale p50", "stale p95"]
     rows = [[s["policy"], str(s["runs"]), _cell(s["tta_s"], ".1f"),
              f"{s['tta_reached']}/{s['runs']}", _cell(s["tta_vs_bsp"], ".2f"),
              _cell(s["tta_vs_asp"], ".2f"), _cell(s["final_accuracy"], ".3f"),
              _cell(s["samples_per_s"], ".0f"), _cell(s["hardware_efficiency"], ".2f"),
-             _cell(s["idle_fraction"], ".2f"), _cell(s["staleness_p50"], "g"),
+             _cell(s["idle_fraction"], ".2f"), _cell(s["step_time_spread"], ".2f"),
+             _cell(s["staleness_p50"], "g"),
              _cell(s["staleness_p95"], "g")] for s in summaries]
     return header, rows
 

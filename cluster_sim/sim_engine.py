@@ -22,6 +22,7 @@ Example:
 (10, 40)
 """
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -30,6 +31,7 @@ import ksync
 from cluster_sim.sim_clock import EventClock
 from cluster_sim.sim_model import MLP
 from cluster_sim.sim_workers import Network, make_scenario
+from ksync.policies import RECENT_STEPS
 
 _ARRIVE, _APPLY, _READ = 0, 1, 2
 
@@ -186,6 +188,7 @@ class Simulation:
         self.worker_pushes = np.zeros(n, np.int64)
         self.worker_samples = np.zeros(n)
         self.worker_time = np.zeros(n)   # sum of iteration times (compute + communication)
+        self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(n)]
         self.staleness = []              # staleness of every push
         self.curve = []
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
@@ -264,6 +267,7 @@ class Simulation:
         self.worker_pushes[w] += 1
         self.worker_samples[w] += samples
         self.worker_time[w] += self.step_time[w]
+        self.recent[w].append(self.step_time[w])
         if result.accepted:
             # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
             self.agg += (result.weight * samples) * self.grads[w]
@@ -320,8 +324,8 @@ class Simulation:
         if previous is not None:
             if counters[0] - previous[0] >= self.policy.refresh_every:
                 pushes = counters[1] - previous[1]
-                time = counters[2] - previous[2]
-                times = tuple(float(t / p) if p > 0 else None for t, p in zip(time, pushes))
+                # As the strategy measures it: each worker's median over its last steps.
+                times = tuple(float(np.median(r)) if r else None for r in self.recent)
                 window = self.staleness[-int(pushes.sum()):] if pushes.sum() else []
                 p95 = float(np.percentile(window, 95, method="inverted_cdf")) if window else None
                 proposed = self.policy.observe(ksync.Observation(

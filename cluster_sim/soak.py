@@ -24,17 +24,22 @@ import sys
 
 def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: float,
                  down_s: float) -> list[dict]:
-    """Scenario events: alternately a pause and a kill-and-restart, one every ``every_s``,
-    each on the next worker, none running past ``duration_s``.
+    """Scenario events, one every ``every_s``, none running past ``duration_s``: a pause
+    of each worker in turn, then a kill-and-restart of each, and so on.
 
-    >>> [(e["action"], e["worker"], e["at_s"]) for e in fault_events(4, 400, 120, 20, 30)]
-    [('pause', 0, 120.0), ('kill', 1, 240.0), ('pause', 2, 360.0)]
+    >>> [(e["action"], e["worker"], e["at_s"]) for e in fault_events(2, 600, 120, 20, 30)]
+    [('pause', 0, 120.0), ('pause', 1, 240.0), ('kill', 0, 360.0), ('kill', 1, 480.0)]
     """
+    if every_s <= 0 or pause_s <= 0 or down_s <= 0:
+        raise ValueError("--fault-every-s, --pause-s and --down-s must be > 0")
+    if max(pause_s, down_s) >= every_s:
+        raise ValueError(f"a fault every {every_s:g} s cannot last {max(pause_s, down_s):g} s; "
+                         "raise --fault-every-s or shorten --pause-s / --down-s")
     events = []
     at = float(every_s)
     while at + max(pause_s, down_s) < duration_s:
         worker = len(events) % num_workers
-        if len(events) % 2 == 0:
+        if (len(events) // num_workers) % 2 == 0:
             events.append({"action": "pause", "worker": worker, "at_s": at,
                            "duration_s": pause_s})
         else:
@@ -74,10 +79,14 @@ def main(argv=None) -> int:
     from cluster_sim.netns import isolate_loopback
     from cluster_sim.scenarios import load_scenario, parse_scenario
 
-    base = load_scenario(args.scenario, traces_dir=args.traces)
-    duration = args.minutes * 60.0
-    events = fault_events(base.num_workers, duration, args.fault_every_s, args.pause_s,
-                          args.down_s)
+    try:
+        base = load_scenario(args.scenario, traces_dir=args.traces)
+        duration = args.minutes * 60.0
+        events = fault_events(base.num_workers, duration, args.fault_every_s, args.pause_s,
+                              args.down_s)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     faulted = parse_scenario({"name": f"{base.name}+faults", "workers": base.num_workers,
                               "events": events}, source="soak")
     # The scenario's workload and slowdowns, run for the whole duration: no target stops it.

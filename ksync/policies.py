@@ -19,19 +19,41 @@ import math
 from ksync.rule import Rule
 
 
+#: steps behind each worker's iteration time in an `Observation` (the strategy and the
+#: simulator measure it the same way).
+RECENT_STEPS = 10
+#: a step running this many times its worker's usual step time is a stall.
+STALL_FACTOR = 4.0
+
+
+def stalled_workers(iteration_times, running_times) -> tuple:
+    """Workers whose running step has taken over `STALL_FACTOR` times their usual step
+    (for a worker with no finished step yet: the fastest worker's usual step).
+
+    >>> stalled_workers((0.01, 0.01, None), (None, 0.5, 0.02))
+    (1,)
+    """
+    known = [t for t in iteration_times if t]
+    if not known or not running_times:
+        return ()
+    fastest = min(known)
+    return tuple(w for w, (t, r) in enumerate(zip(iteration_times, running_times))
+                 if r is not None and r > STALL_FACTOR * (t or fastest))
+
+
 @dataclasses.dataclass(frozen=True)
 class Observation:
     """What the strategy measured over the last window, given to `Policy.observe`.
 
     Args:
       version: the PS version now.
-      iteration_times: recent mean iteration time (s) of each worker; None for a worker
-        with no step in the window.
+      iteration_times: median time (s) of each worker's last `RECENT_STEPS` steps; None
+        for a worker with no finished step.
       live_workers: indices of workers the coordinator considers alive.
       staleness_p95: 95th percentile of staleness in the window (None if no pushes).
       running_times: seconds each worker's current step has run so far (None: not
-        running); a step running far longer than the worker's recent ones is a stall
-        (frozen or suddenly slowed worker) seen before the step ends.
+        running); a step running far longer than usual is a stall (a frozen or suddenly
+        slowed worker), seen before the step ends.
     """
 
     version: int
@@ -41,11 +63,11 @@ class Observation:
     running_times: tuple | None = None
 
     def effective_times(self) -> tuple:
-        """Each worker's iteration time as it stands now: its recent mean, or the time
-        its running step has taken when that is longer."""
-        running = self.running_times or (None,) * len(self.iteration_times)
-        return tuple(t if t is None or r is None else max(t, r)
-                     for t, r in zip(self.iteration_times, running))
+        """Each worker's iteration time as it stands now: its usual step time, or, for
+        a stalled worker, the time its running step has taken so far."""
+        stalled = stalled_workers(self.iteration_times, self.running_times)
+        return tuple(self.running_times[w] if w in stalled else t
+                     for w, t in enumerate(self.iteration_times))
 
 
 class Policy:
@@ -256,7 +278,9 @@ class Adaptive(Policy):
             # follows the slowest worker's finished steps: a stalled step, when it ends,
             # is beyond it and dropped.
             rate = sum(1.0 / t for t in times) / k
-            expected = max(observation.iteration_times[w] for w in live) * rate
+            usual = [observation.iteration_times[w] for w in live
+                     if observation.iteration_times[w] is not None]
+            expected = max(usual or times[:1]) * rate
             bound = max(1, math.ceil(self.staleness_slack * expected))
             rule = Rule(k=k, wait=False, max_staleness=bound)
             reason = (f"{len(times) - k} of {len(times)} measured workers slower than "

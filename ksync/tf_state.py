@@ -219,4 +219,7 @@ class PSUpdateState:
             with tf.control_dependencies(bookkeeping):
                 return self.counter_vec[_V]
 
-        return self.critical_section.execute(body, exclusive_resource_access=False)
+        # On the PS too: the section's result copies and the lock's release, so
+        # releasing it never waits on a round trip to the worker.
+        with tf.device(self.device):
+            return self.critical_section.execute(body, exclusive_resource_access=False)

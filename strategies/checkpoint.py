@@ -99,23 +99,35 @@ class KSyncCheckpoint:
 
     def save(self, epoch: int) -> str:
         """Write a checkpoint for ``epoch`` finished epochs; its path prefix."""
-        path = self._manager.save(checkpoint_number=epoch)
         strategy = self.strategy
-        side = {"epoch": int(epoch), "policy": repr(strategy.policy),
-                "policy_rule": _rule_to_dict(strategy._policy_rule),
-                "rule": _rule_to_dict(strategy.rule),
-                "history": [[v, _rule_to_dict(r), why] for v, r, why in strategy.policy.history]}
-        schedule = strategy._allocation.schedule if strategy._allocation else None
-        if schedule is not None:
-            side["allocation"] = {"sizes": schedule.sizes, "history": schedule.history,
-                                  "allocator": _allocator_state(schedule.allocator)}
-            if schedule.forecaster is not None:
-                schedule.forecaster.save(f"{path}.forecaster.npz")
-        tmp = f"{path}.ksync.json.tmp"
-        with open(tmp, "w") as f:
-            json.dump(side, f)
-        os.replace(tmp, f"{path}.ksync.json")  # a crash mid-save leaves the old one
-        return path
+        # The rule and the sizes must not change between their PS copy and the chief's.
+        with strategy._rule_lock:
+            # Side files first: until the checkpoint itself is written, `latest` is still
+            # the previous one, so a crash in between leaves a restorable directory.
+            path = os.path.join(self.directory, f"ckpt-{int(epoch)}")
+            os.makedirs(self.directory, exist_ok=True)
+            side = {"epoch": int(epoch), "policy": repr(strategy.policy),
+                    "policy_rule": _rule_to_dict(strategy._policy_rule),
+                    "rule": _rule_to_dict(strategy.rule),
+                    "history": [[v, _rule_to_dict(r), why]
+                                for v, r, why in strategy.policy.history]}
+            schedule = strategy._allocation.schedule if strategy._allocation else None
+            if schedule is not None:
+                side["allocation"] = {"sizes": schedule.sizes, "history": schedule.history,
+                                      "allocator": _allocator_state(schedule.allocator)}
+                if schedule.forecaster is not None:
+                    schedule.forecaster.save(f"{path}.forecaster.npz")
+            tmp = f"{path}.ksync.json.tmp"
+            with open(tmp, "w") as f:
+                json.dump(side, f)
+            os.replace(tmp, f"{path}.ksync.json")
+            written = self._manager.save(checkpoint_number=epoch)
+        kept = set(self._manager.checkpoints)
+        for name in os.listdir(self.directory):
+            prefix = os.path.join(self.directory, name.partition(".")[0])
+            if name.endswith((".ksync.json", ".forecaster.npz")) and prefix not in kept:
+                os.remove(os.path.join(self.directory, name))
+        return written
 
     def restore(self) -> int:
         """Load the newest checkpoint into the model, optimizer and strategy; the number
@@ -127,27 +139,40 @@ class KSyncCheckpoint:
         try:
             with open(f"{path}.ksync.json") as f:
                 side = json.load(f)
-            self._checkpoint.restore(path).assert_existing_objects_matched()
-        except (OSError, ValueError, AssertionError, tf.errors.OpError) as err:
-            raise ValueError(
-                f"checkpoint {path} cannot be restored into this model and strategy "
-                f"({type(err).__name__}: {err}). Build the same model, optimizer, policy and "
-                f"batch allocation as the run that wrote it, or start afresh in another "
-                f"directory than {self.directory}.") from err
+        except (OSError, ValueError) as err:
+            raise ValueError(f"checkpoint {path} has no readable {path}.ksync.json ({err}); "
+                             "it was not written by KSyncCheckpoint, or the file was lost. "
+                             f"Start afresh in another directory than {self.directory}.") \
+                from err
+        # Checked before anything is loaded: a refused restore changes nothing.
         if side["policy"] != repr(strategy.policy):
             raise ValueError(f"checkpoint {path} was written under {side['policy']}, this "
                              f"strategy runs {strategy.policy!r}; use the same policy.")
-        strategy.policy.history = [(v, ksync.Rule(**r), why) for v, r, why in side["history"]]
-        strategy._policy_rule = ksync.Rule(**side["policy_rule"])
-        strategy._rule = ksync.Rule(**side["rule"])  # its PS copy was restored above
-        allocation = side.get("allocation")
-        if allocation is not None:
-            schedule = strategy._allocation.schedule
-            schedule.sizes, schedule.history = allocation["sizes"], allocation["history"]
-            _set_allocator_state(schedule.allocator, allocation["allocator"])
-            if schedule.forecaster is not None:
-                schedule.forecaster = type(schedule.forecaster).load(
-                    f"{path}.forecaster.npz")
+        if ("allocation" in side) != (strategy._allocation is not None):
+            raise ValueError(f"checkpoint {path} was written "
+                             f"{'with' if 'allocation' in side else 'without'} batch "
+                             "allocation; build the strategy the same way.")
+        with strategy._rule_lock:
+            try:
+                self._checkpoint.restore(path).assert_existing_objects_matched()
+            except (ValueError, AssertionError, tf.errors.OpError) as err:
+                raise ValueError(
+                    f"checkpoint {path} cannot be restored into this model and strategy "
+                    f"({type(err).__name__}: {err}). Build the same model, optimizer, "
+                    "policy and batch allocation as the run that wrote it, or start afresh "
+                    f"in another directory than {self.directory}.") from err
+            strategy.policy.history = [(v, ksync.Rule(**r), why)
+                                       for v, r, why in side["history"]]
+            strategy._policy_rule = ksync.Rule(**side["policy_rule"])
+            strategy._rule = ksync.Rule(**side["rule"])  # its PS copy was restored above
+            allocation = side.get("allocation")
+            if allocation is not None:
+                schedule = strategy._allocation.schedule
+                schedule.sizes, schedule.history = allocation["sizes"], allocation["history"]
+                _set_allocator_state(schedule.allocator, allocation["allocator"])
+                if schedule.forecaster is not None:
+                    schedule.forecaster = type(schedule.forecaster).load(
+                        f"{path}.forecaster.npz")
         return int(side["epoch"])
 
     def callback(self) -> keras.callbacks.Callback:

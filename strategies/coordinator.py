@@ -11,17 +11,16 @@ worker could leave a scheduled function hanging.
 
 import collections
 import logging
+import statistics
 import threading
 import time
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
+from ksync.policies import RECENT_STEPS, stalled_workers
+
 #: seconds between re-checks while waiting, in case a notification is missed.
 _RECHECK_S = 0.5
-#: steps per worker behind its recent iteration time.
-_RECENT_STEPS = 10
-#: a running step this many times its worker's recent mean (and >= _RECHECK_S) is a stall.
-_STALL_FACTOR = 4.0
 
 
 class _GatedClosureQueue:
@@ -34,7 +33,7 @@ class _GatedClosureQueue:
         # iteration time policies and the batch allocator see, slowdowns included.
         self.busy_s = [0.0] * num_workers
         self.steps = [0] * num_workers
-        self.recent = [collections.deque(maxlen=_RECENT_STEPS) for _ in range(num_workers)]
+        self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(num_workers)]
         self.retried = 0  # closures put back after a worker failed while running them
         self._started = {}  # worker -> (start time, closure) of the step it is running
         self._thread_tags = {}  # worker thread id -> worker index
@@ -49,11 +48,13 @@ class _GatedClosureQueue:
         return getattr(self._queue, name)
 
     def put_back(self, closure):
-        # TensorFlow re-queues the closure of a failed worker for another worker: the
-        # failed attempt is not a step, and its time is not the worker's.
-        for tag, (_, running) in list(self._started.items()):
-            if running is closure:
-                del self._started[tag]
+        # TensorFlow re-queues the closure of a failed worker (from that worker's thread)
+        # for another worker: the failed attempt is not a step, its time not the worker's.
+        tag = self._thread_tags.get(threading.get_ident())
+        started = self._started.get(tag)
+        if started is not None and started[1] is closure:
+            del self._started[tag]
+            with self._changed:
                 self.retried += 1
         return self._queue.put_back(closure)
 
@@ -64,7 +65,9 @@ class _GatedClosureQueue:
         return self._queue.mark_finished()
 
     def mark_failed(self, e):
-        self._end_step()
+        # An error in the step itself (not a worker failure): it ends training and is
+        # not a step with a time worth counting.
+        self._started.pop(self._thread_tags.get(threading.get_ident()), None)
         return self._queue.mark_failed(e)
 
     def _end_step(self):
@@ -181,19 +184,19 @@ class KSyncCoordinator(cc.ClusterCoordinator):
         return list(queue.busy_s), list(queue.steps)
 
     def iteration_times(self):
-        """(mean seconds of each worker's last steps, seconds its running step has taken
-        so far); None where a worker has no finished or no running step."""
+        """(median seconds of each worker's last steps, seconds its running step has
+        taken so far); None where a worker has no finished or no running step."""
         queue = self._cluster.closure_queue
-        means = [sum(r) / len(r) if r else None for r in queue.recent]
-        return means, queue.in_flight_s()
+        # The median: one long step (a freeze that ended) does not make a worker slow.
+        usual = [statistics.median(list(r)) if r else None for r in queue.recent]
+        return usual, queue.in_flight_s()
 
     def stalled(self) -> bool:
         """Whether a worker's running step has taken far longer than its recent steps
         (frozen, or suddenly much slower): policies should not wait for the next
         scheduled observation to see it."""
-        return any(mean is not None and running is not None and running >= _RECHECK_S
-                   and running > _STALL_FACTOR * mean
-                   for mean, running in zip(*self.iteration_times()))
+        usual, running = self.iteration_times()
+        return any(running[w] >= _RECHECK_S for w in stalled_workers(usual, running))
 
     def retried(self) -> int:
         """Steps re-run on another worker because their worker failed mid-step."""

@@ -36,6 +36,8 @@ import tempfile
 import threading
 
 import tensorflow as tf
+from tensorflow.python.autograph.core import ag_ctx as autograph_ctx
+from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.distribute import parameter_server_strategy_v2 as pss_v2
 
 import ksync
@@ -199,10 +201,16 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         return super().experimental_distribute_dataset(dataset, options)
 
     # -- the push -----------------------------------------------------------------------
-    # Plumbing, not user code: autograph must not rewrite it when a user's tf.function
-    # calls `strategy.run` (it mangles the nested calls).
-    @tf.autograph.experimental.do_not_convert
     def run(self, fn, args=(), kwargs=None, options=None):
+        # Autograph converts what a user's tf.function calls, this method included: the
+        # user's fn keeps the caller's autograph setting, the plumbing runs unconverted
+        # (autograph mangles its nested calls).
+        fn = autograph.tf_convert(fn, autograph_ctx.control_status_ctx(),
+                                  convert_by_default=False)
+        return self._run_and_push(fn, args, kwargs, options)
+
+    @tf.autograph.experimental.do_not_convert
+    def _run_and_push(self, fn, args, kwargs, options):
         ext = self._extended
         if not tf.inside_function() or ext._collecting is not None:
             return super().run(fn, args, kwargs, options)

@@ -29,7 +29,8 @@ def die_with_parent(poll_s: float = 0.2):
     A watcher thread, not Linux's parent-death signal: that signal fires when the
     *thread* that started the process exits, so a task restarted from a helper thread
     (a harness, a test) would die with that thread."""
-    parent = os.getppid()
+    # A launcher names itself, in case it were gone before this line runs.
+    parent = int(os.environ.get("KSYNC_PARENT_PID") or os.getppid())
 
     def watch():
         while os.getppid() == parent:

@@ -5,6 +5,7 @@ The shared cluster is left as found: a finalizer resumes and restarts any worker
 failed test left paused or dead.
 """
 
+import gc
 import threading
 import time
 
@@ -14,6 +15,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import ksync
+from ksync.tf_state import STALENESS_BINS
 from cluster_sim.signaller import Signaller
 from cluster_sim.slowdown import SlowdownLayer
 from cluster_sim.workloads import compile_classifier, digits, mlp
@@ -35,7 +37,7 @@ def healthy(cluster):
     yield cluster
     for job, index in cluster._procs:
         cluster.resume(job, index)
-        if cluster._procs[(job, index)].poll() is not None:
+        if not cluster.running(job, index):
             cluster.restart(job, index)
 
 
@@ -117,11 +119,12 @@ def coordinator_loop(strategy, model, dataset_fn, ahead=30):
             return loss
         return strategy.run(replica_fn, args=(next(it),))
 
-    scheduled = 0
+    # The losses are kept: a result dropped while its worker is frozen makes TensorFlow
+    # delete a tensor on that worker, which blocks the chief's eager calls until it thaws.
+    losses = []
     while not model.stop_training:
-        if scheduled - strategy.telemetry()["pushed"] < ahead:
-            coordinator.schedule(step, args=(iterator,))
-            scheduled += 1
+        if len(losses) - strategy.telemetry()["pushed"] < ahead:
+            losses.append(coordinator.schedule(step, args=(iterator,)))
         else:
             time.sleep(0.01)
     coordinator.join()
@@ -201,14 +204,17 @@ def freeze_script(cluster, marks, after_resume_pushes=60):
 def test_bsp_waits_for_a_frozen_worker_then_resumes(healthy):
     marks = {}
     strategy, model = build(healthy, ksync.BSP())
-    t = train_until(strategy, model, freeze_script(healthy, marks))
+    t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=240))
     marks["signaller"].finish()
     check_accounting(strategy, t)
     assert t["dropped"] == 0 and t["retried"] == 0
-    # BSP cannot commit a round without the frozen worker's gradient.
-    assert marks["late"]["version"] == marks["early"]["version"]
+    # BSP cannot commit a round without the frozen worker's gradient (the round in
+    # progress completes if the worker had pushed to it before it froze).
+    assert marks["late"]["version"] <= marks["early"]["version"] + 1
     assert t["version"] > marks["resumed"][1]["version"]  # and resumes afterwards
-    assert all(w["pushes"] == t["pushed"] // NUM_WORKERS for w in t["workers"])
+    # Every round takes one push of each worker; the last may be pending when fit stops.
+    pushes = [w["pushes"] for w in t["workers"]]
+    assert max(pushes) - min(pushes) <= 1 and t["pending"] < NUM_WORKERS
     check_model(model)
 
 
@@ -216,8 +222,14 @@ def test_adaptive_keeps_training_while_a_worker_is_frozen(healthy):
     marks = {}
     strategy, model = build(healthy, ksync.Adaptive(refresh_every=10))
     model.stop_training = False
-    t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=150),
-                    custom_loop=True)
+    # Likewise no garbage collection of earlier tests' tensors during the freeze.
+    gc.collect()
+    gc.disable()
+    try:
+        t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=150),
+                        custom_loop=True)
+    finally:
+        gc.enable()
     marks["signaller"].finish()
     check_accounting(strategy, t)
     early, late = marks["early"], marks["late"]
@@ -225,7 +237,10 @@ def test_adaptive_keeps_training_while_a_worker_is_frozen(healthy):
     assert late["version"] >= early["version"] + 100, (early["version"], late["version"])
     assert late["workers"][VICTIM]["pushes"] == early["workers"][VICTIM]["pushes"]
     assert any(not h["wait"] and h["k"] == NUM_WORKERS - 1 for h in t["k_history"])
-    # ...and the frozen worker's stale gradient, if any, was bounded, not applied blindly.
+    # ...and a gradient the frozen worker finished after the thaw (when the freeze
+    # caught it mid-step), far beyond the staleness bound, was dropped, not applied.
+    victim = t["workers"][VICTIM]
+    assert sum(victim["staleness_histogram"][STALENESS_BINS - 1:]) <= victim["dropped"]
     assert t["workers"][VICTIM]["pushes"] > marks["resumed"][1]["workers"][VICTIM]["pushes"]
     check_model(model)
 

@@ -135,6 +135,21 @@ def test_adaptive_stops_waiting_for_a_stalled_worker_and_drops_its_late_gradient
     assert back == ksync.BSP().rule(3)
 
 
+def test_adaptive_sees_a_worker_frozen_in_its_first_step_but_not_one_slow_step():
+    policy = ksync.Adaptive(tolerance=1.3)
+    policy.rule(3)
+    usual = (0.010, 0.0115, 0.010)
+    # A step 20% over its worker's usual time is noise, not a stall: still BSP.
+    assert policy.observe(ksync.Observation(version=20, iteration_times=usual,
+                                            live_workers=(0, 1, 2),
+                                            running_times=(None, 0.014, None))) is None
+    # Worker 2 has never finished a step and has been in its first for a second.
+    rule = policy.observe(ksync.Observation(version=40, iteration_times=(0.01, 0.01, None),
+                                            live_workers=(0, 1, 2),
+                                            running_times=(None, None, 1.0)))
+    assert rule.k == 2 and not rule.wait
+
+
 def test_adaptive_ignores_workers_without_measurements():
     policy = ksync.Adaptive()
     policy.rule(3)

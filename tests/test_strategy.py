@@ -108,6 +108,9 @@ def test_coordinator_custom_loop_and_callback(cluster, tmp_path):
                 loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            # A Python `if` on a tensor: autograph must still convert the user's code.
+            if loss > 1e6:
+                loss = tf.constant(1e6)
             return loss
         return strategy.run(replica_fn, args=(next(it),))
 
