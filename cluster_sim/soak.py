@@ -97,21 +97,20 @@ def main(argv=None) -> int:
     isolate_loopback()
     results = {}
     with LocalCluster(num_workers=base.num_workers) as cluster:
-        runs = [("faulted", soak)]
-        while runs:
-            label, scenario = runs.pop(0)
-            # The faulted run lasts its minutes; the undisturbed one makes as many pushes.
-            total = None if label == "faulted" else scenario.max_pushes
+        def run(label, scenario, total):
             with tqdm(total=total, desc=f"{label:>12}", unit="push") as bar:
-                def progress(pushes, accuracy, bar=bar):
+                def progress(pushes, accuracy):
                     bar.update(pushes - bar.n)
                     bar.set_postfix(accuracy=f"{accuracy:.3f}")
                 results[label] = run_arm(cluster, arm, scenario, seed=args.seed,
                                          progress=progress)
-            if label == "faulted":
-                runs.append(("undisturbed", dataclasses.replace(
-                    soak, name=base.name, events=(), time_budget_s=10 * duration,
-                    max_pushes=results["faulted"]["pushed"])))
+
+        # The faulted run lasts its minutes; the undisturbed one makes as many pushes.
+        run("faulted", soak, None)
+        pushes = results["faulted"]["pushed"]
+        run("undisturbed", dataclasses.replace(soak, name=base.name, events=(),
+                                               time_budget_s=10 * duration,
+                                               max_pushes=pushes), pushes)
         gc.collect()  # release remote functions while the servers still answer
     faults = results["faulted"]["events"]
     ok_counters = all(consistent(r) for r in results.values())
