@@ -54,7 +54,7 @@ class SimConfig:
     """
 
     num_workers: int = 4
-    scenario: str = "static"
+    scenario: object = "static"  # a name of `sim_workers.SCENARIOS`, or a harness Scenario
     speeds: tuple = (1.0, 1.0, 0.5, 0.25)
     traces: str | None = None
     trace_time_unit_s: float | None = None

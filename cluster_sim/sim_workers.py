@@ -195,12 +195,45 @@ class MixtureScenario(Scenario):
                 f"N({self.slow_mean:g}, {self.slow_sd:g}) x base)")
 
 
-def make_scenario(name: str, num_workers: int, us_per_sample: float = 300.0, seed: int = 0,
+class HarnessScenario(Scenario):
+    """A scenario of the real harness (`cluster_sim.scenarios.Scenario`: a built-in or TOML
+    file) in the simulator: the very same speeds over (training) time, so the two can be
+    compared on one scenario. Pause and kill events are not simulated.
+
+    >>> from cluster_sim.scenarios import load_scenario
+    >>> sim = HarnessScenario(load_scenario("static"), us_per_sample=300)
+    >>> [round(sim.compute_time(w, 0.0, 32), 4) for w in range(4)]
+    [0.0096, 0.0096, 0.0192, 0.0384]
+    """
+
+    def __init__(self, scenario, us_per_sample, seed=0):
+        super().__init__(scenario.num_workers, us_per_sample, seed)
+        if scenario.events:
+            raise ValueError(f"scenario {scenario.name!r} has pause/kill events, which the "
+                             "simulator does not model; use a scenario without events")
+        self.harness = scenario
+        self.name = scenario.name
+
+    def speed(self, worker, now):
+        return self.harness.speed(worker, now)
+
+    def describe(self):
+        return self.harness.summary()
+
+
+def make_scenario(name, num_workers: int, us_per_sample: float = 300.0, seed: int = 0,
                   **options) -> Scenario:
-    """A scenario by name (``static``, ``trace``, ``shifted_exp``, ``mixture``).
+    """A scenario by name (``static``, ``trace``, ``shifted_exp``, ``mixture``), or a
+    harness `cluster_sim.scenarios.Scenario` object (see `HarnessScenario`).
 
     Options not used by the scenario are ignored (so one config serves every scenario).
     """
+    from cluster_sim.scenarios import Scenario as Harness
+    if isinstance(name, Harness):
+        if name.num_workers != num_workers:
+            raise ValueError(f"scenario {name.name!r} has {name.num_workers} workers, the "
+                             f"simulation {num_workers}")
+        return HarnessScenario(name, us_per_sample, seed)
     pick = lambda *keys: {k: options[k] for k in keys if options.get(k) is not None}
     if name == "static":
         return StaticScenario(num_workers, us_per_sample, seed=seed, **pick("speeds"))

@@ -153,6 +153,22 @@ def test_trace_workers_follow_series_i_mod_n(tmp_path):
     assert sc.compute_time(0, 0.0, 10) == pytest.approx(10 * 100e-6 / 2.0)
 
 
+def test_a_harness_scenario_runs_with_its_own_speeds_over_time(data):
+    from cluster_sim.scenarios import load_scenario, parse_scenario
+    trace = load_scenario("trace")
+    sc = make_scenario(trace, 4, us_per_sample=300)
+    for t in (0.0, 0.5, 3.0):
+        assert [sc.speed(w, t) for w in range(4)] == trace.speeds_at(t)
+    r = simulate(ksync.BSP(), quick(scenario=trace), data)
+    assert r["pushed"] == 120 and r["scenario"] == trace.summary()
+    with pytest.raises(ValueError, match="has 4 workers, the simulation 8"):
+        make_scenario(trace, 8)
+    paused = parse_scenario({"name": "p", "workers": 2, "events": [
+        {"action": "pause", "worker": 0, "at_s": 1.0, "duration_s": 1.0}]})
+    with pytest.raises(ValueError, match="pause/kill events"):
+        make_scenario(paused, 2)
+
+
 def test_bad_input_is_refused_clearly(tmp_path):
     with pytest.raises(ValueError, match="unknown scenario"):
         make_scenario("lunar", 4)
