@@ -120,21 +120,23 @@ def run_real(specs, scenarios, seeds, out) -> tuple[dict, dict]:
 
 
 def error_table(real: list[dict], simulated: list[dict]) -> str:
-    """One row per policy: medians over seeds of the real and the simulated runs."""
-    from cluster_sim.report import median_of
+    """One row per policy: medians over seeds of the real and the simulated runs (TTA as
+    the report takes it: a seed that never reached the target counts as infinite)."""
+    from cluster_sim.report import _cell, median_of, median_tta
     pct = lambda s, r: "-" if s is None or r in (None, 0) else f"{100 * (s - r) / r:+.0f}%"
-    num = lambda v, f: "-" if v is None else format(v, f)
     rows = []
     for policy in dict.fromkeys(r["policy"] for r in real):
-        med = lambda runs, key: median_of([x[key] for x in runs if x["policy"] == policy])
-        rt, st = med(real, "tta_s"), med(simulated, "tta_s")
+        runs = lambda side: [x for x in side if x["policy"] == policy]
+        med = lambda side, key: median_of([x[key] for x in runs(side)])
+        rt = median_tta([x["tta_s"] for x in runs(real)])
+        st = median_tta([x["tta_s"] for x in runs(simulated)])
         rs, ss = med(real, "samples_per_s"), med(simulated, "samples_per_s")
-        rows.append((policy, num(rt, ".1f"), num(st, ".1f"), pct(st, rt), num(rs, ".0f"),
-                     num(ss, ".0f"), pct(ss, rs),
-                     f"{num(med(real, 'staleness_p95'), '.0f')}/"
-                     f"{num(med(simulated, 'staleness_p95'), '.0f')}",
-                     f"{num(med(real, 'final_accuracy'), '.3f')}/"
-                     f"{num(med(simulated, 'final_accuracy'), '.3f')}"))
+        rows.append((policy, _cell(rt, ".1f"), _cell(st, ".1f"), pct(st, rt),
+                     _cell(rs, ".0f"), _cell(ss, ".0f"), pct(ss, rs),
+                     f"{_cell(med(real, 'staleness_p95'), '.0f')}/"
+                     f"{_cell(med(simulated, 'staleness_p95'), '.0f')}",
+                     f"{_cell(med(real, 'final_accuracy'), '.3f')}/"
+                     f"{_cell(med(simulated, 'final_accuracy'), '.3f')}"))
     header = ("policy", "real TTA s", "sim TTA s", "TTA err", "real smp/s", "sim smp/s",
               "thr err", "stale p95 r/s", "final acc r/s")
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
