@@ -7,6 +7,7 @@ curves.csv, report.md and plots to the output directory; prints the table.
 """
 
 import argparse
+import dataclasses
 import gc
 import os
 import warnings
@@ -26,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated contenders, or 'all' (default {DEFAULT_ARMS})")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per arm (default 1)")
     parser.add_argument("--max-pushes", type=int, help="override the scenario's push budget")
+    parser.add_argument("--blackbox", action="store_true",
+                        help="slow workers from outside with a SIGSTOP/SIGCONT duty cycle "
+                             "instead of the in-graph delay (the scenario's inject = "
+                             "\"sigstop\"); not with pause or kill events")
     parser.add_argument("--out", default="runs/demo", help="output directory")
 
 
@@ -47,6 +52,8 @@ def run(args) -> int:
         return 2
     try:
         scenario = load_scenario(args.scenario, traces_dir=args.traces)
+        if args.blackbox:
+            scenario = dataclasses.replace(scenario, inject="sigstop")
         for name in names:
             ARMS[name].make_policy().rule(scenario.num_workers)
     except ValueError as err:

@@ -9,7 +9,9 @@ wall time and time to target come from one run.
 Slowdowns: an in-graph delay per sample inside each training step
 (`cluster_sim.slowdown.SlowdownLayer`), whose per-worker sizes a background thread keeps
 at the scenario's speeds as training time passes (traces, a co-located job), and which
-applies the scenario's events (pause, kill, restart) to the worker processes.
+applies the scenario's events (pause, kill, restart) to the worker processes. In black-box
+mode (``inject = "sigstop"``) every step has the reference delay and the speeds are
+enforced from outside by a SIGSTOP/SIGCONT duty cycle (`cluster_sim.duty_cycle`).
 
 Example:
 
@@ -30,6 +32,7 @@ import tf_keras.callbacks as keras_callbacks
 from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
 import ksync
+from cluster_sim.duty_cycle import DutyCycler
 from cluster_sim.signaller import Signaller
 
 
@@ -55,7 +58,8 @@ class RunConfig:
 class Arm:
     """One contender of a comparison: a policy spec for `ksync.parse` (e.g. "ksync:k=3")
     and how batch sizes are set: None (equal), "static" (profile then fixed, Chao et
-    al.), "last" (last measured speeds) or "forecast" (the shipped GRU forecaster)."""
+    al.), "last" (last measured speeds), "forecast" (the shipped GRU forecaster) or
+    "deadline" (what each worker finishes by the fastest's time: Non-blocking SGD)."""
 
     label: str
     policy: str
@@ -76,13 +80,15 @@ ARMS = {
     "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
     "chao": Arm("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),
+    "nbsgd": Arm("Non-blocking SGD", "bsp", allocation="deadline"),
     "ashl": Arm("ASHL", "ashl:switch_after=40"),
     "syncswitch": Arm("Sync-Switch", "syncswitch:switch_after=40"),
 }
 
 
 class _ScenarioPlayer(threading.Thread):
-    """Keeps the in-graph delays at the scenario's speeds (on the training clock) and
+    """Keeps the in-graph delays (or, with ``inject = "sigstop"``, a `DutyCycler`'s
+    shares of wall time) at the scenario's speeds (on the training clock) and
     plays its events on the wall clock from the start of the run. Each pause gets its own
     signaller process, started when the pause is due (so it signals the worker process
     running then, restarted or not), which also sends the resume: a call blocked on the
@@ -98,16 +104,30 @@ class _ScenarioPlayer(threading.Thread):
         self.applied = []  # (seconds into the run, worker, action)
         self.error = None
         self._signallers = []  # (seconds into the run, worker, Signaller)
+        self._cycler = None
+        if scenario.inject == "sigstop":
+            # Every worker computes at the reference speed; the duty cycle slows it.
+            slowdown.set_speeds([1.0] * scenario.num_workers, us_per_sample)
+            self._cycler = DutyCycler([cluster.pid("worker", w)
+                                       for w in range(scenario.num_workers)])
+        self._speeds = scenario.speeds_at(0.0)
+        self._set_speeds(self._speeds)
         self._t0 = time.monotonic()
 
+    def _set_speeds(self, speeds):
+        if self._cycler is not None:
+            self._cycler.set_speeds(speeds)
+        else:
+            self.slowdown.set_speeds(speeds, self.us_per_sample)
+
     def run(self):
-        speeds = None
+        speeds = self._speeds
         events = list(self.scenario.events)
         try:
             while not self.stop.wait(0.1):
                 if self.scenario.speeds_at(self.clock()) != speeds:
                     speeds = self.scenario.speeds_at(self.clock())
-                    self.slowdown.set_speeds(speeds, self.us_per_sample)
+                    self._set_speeds(speeds)
                 now = time.monotonic() - self._t0
                 while events and events[0].at_s <= now:
                     self._play(events.pop(0), events, now)
@@ -132,6 +152,8 @@ class _ScenarioPlayer(threading.Thread):
     def finish(self):
         self.stop.set()
         self.join()
+        if self._cycler is not None:
+            self._cycler.close()
         for started, w, signaller in self._signallers:
             for at_s, _pgid, name in signaller.finish():
                 self.applied.append((round(started + at_s, 2), w, self._NAMES[name]))
@@ -178,7 +200,6 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=seed,
                 slowdown=slowdown),
             keras.optimizers.SGD(config.learning_rate, momentum=config.momentum))
-    slowdown.set_speeds(scenario.speeds_at(0.0), config.us_per_sample)
     recorder = _Recorder(strategy, config, bool(arm.allocation), progress)
     events = _ScenarioPlayer(cluster, scenario, recorder.clock, slowdown,
                              config.us_per_sample)

@@ -5,7 +5,10 @@ A scenario is a TOML file (built-ins in ``cluster_sim/scenarios/``: ``homogeneou
 same object drives the real harness (in-graph delays, SIGSTOP/SIGCONT, kill/restart) and
 the discrete-event simulator, so both see the same slowdowns.
 
-Slowdowns are per-worker piecewise-constant speed functions (1.0 = the reference machine,
+Slowdowns are injected in the training step as a delay per sample (``inject = "delay"``)
+or from outside as a SIGSTOP/SIGCONT duty cycle of the worker process that the framework
+cannot see (``inject = "sigstop"``, `cluster_sim.duty_cycle`). They are per-worker
+piecewise-constant speed functions (1.0 = the reference machine,
 ``us_per_sample`` microseconds per sample): ``scenario.speed(worker, t_s)``. A worker's
 speed is the product of its factors: a static speed, a trace series, and any number of
 (optionally periodic) schedules. Pauses and kills are `Event` objects at given times; a
@@ -30,6 +33,7 @@ TOML keys (all optional except ``workers``)::
     learning_rate = 0.05
     momentum = 0.9
     [slowdowns]
+    inject = "delay"                   # or "sigstop": black-box SIGSTOP/SIGCONT duty cycle
     speeds = [1, 1, 0.5, 0.25]         # one static factor per worker
     [[slowdowns.schedule]]             # a piecewise-constant factor on some workers
     workers = [0, 1]
@@ -77,6 +81,7 @@ BUILTIN_DIR = pathlib.Path(__file__).parent / "scenarios"
 # so the trace scenario works from a fresh clone without ../shared.
 DEFAULT_TRACE_DIR = pathlib.Path(__file__).parent.parent / "predictor" / "data"
 EVENT_ACTIONS = ("pause", "resume", "kill", "restart")
+INJECT_MODES = ("delay", "sigstop")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +197,7 @@ class Scenario:
     time_budget_s: float = 120.0
     max_pushes: int = 1200
     us_per_sample: float = 300.0
+    inject: str = "delay"
     description: str = ""
     source: str = ""
 
@@ -199,6 +205,13 @@ class Scenario:
         if self.slowdowns and len(self.slowdowns) != self.num_workers:
             raise ValueError(f"{len(self.slowdowns)} slowdown lists for {self.num_workers} "
                              "workers; give one (possibly empty) tuple per worker")
+        if self.inject not in INJECT_MODES:
+            raise ValueError(f"slowdowns.inject must be one of {INJECT_MODES}, got "
+                             f"{self.inject!r}")
+        if self.inject == "sigstop" and self.events:
+            raise ValueError(f"scenario {self.name!r}: the sigstop duty cycle cannot be "
+                             "combined with pause or kill events (both stop and continue "
+                             "the worker process); use inject = \"delay\" with events")
 
     def speed(self, worker: int, t_s: float) -> float:
         """Relative speed of ``worker`` at ``t_s`` seconds (slowdowns only; see
@@ -270,7 +283,8 @@ class Scenario:
         speeds = ", ".join(f"{s:.2f}" for s in self.speeds_at(0.0))
         events = "; ".join(f"w{e.worker} {e.action} at {e.at_s:g}s" for e in self.events)
         return (f"{self.name}: {self.num_workers} workers, {self.num_ps} PS, speeds at t=0 "
-                f"[{speeds}]" + (f", {events}" if events else ""))
+                f"[{speeds}]" + (f", {events}" if events else "")
+                + (", black-box SIGSTOP duty cycle" if self.inject == "sigstop" else ""))
 
     def _factors(self, worker: int):
         if not 0 <= worker < self.num_workers:
@@ -367,9 +381,13 @@ def parse_scenario(table: dict, source="<dict>", traces_dir=None) -> Scenario:
         fail("target_accuracy", f"must be in (0, 1], got {target}")
 
     factors = [[] for _ in range(n)]
-    unknown = set(slow) - {"speeds", "schedule", "trace"}
+    unknown = set(slow) - {"inject", "speeds", "schedule", "trace"}
     if unknown:
-        fail("slowdowns." + sorted(unknown)[0], "unknown key (known: speeds, schedule, trace)")
+        fail("slowdowns." + sorted(unknown)[0],
+             "unknown key (known: inject, speeds, schedule, trace)")
+    inject = get(slow, "inject", str, "delay", "slowdowns.")
+    if inject not in INJECT_MODES:
+        fail("slowdowns.inject", f"expected one of {', '.join(INJECT_MODES)}, got {inject!r}")
     if "speeds" in slow:
         speeds = slow["speeds"]
         if not isinstance(speeds, list) or len(speeds) != n:
@@ -400,6 +418,9 @@ def parse_scenario(table: dict, source="<dict>", traces_dir=None) -> Scenario:
         events += _events(fail, f"events[{i}]", ev, n, get)
     events.sort(key=_event_order)
     _check_event_order(fail, events)
+    if inject == "sigstop" and events:
+        fail("slowdowns.inject", "the sigstop duty cycle cannot be combined with [[events]] "
+                                 "(both stop and continue the worker process)")
 
     return Scenario(
         name=get(table, "name", str, src.stem if src.suffix else "scenario"),
@@ -410,7 +431,7 @@ def parse_scenario(table: dict, source="<dict>", traces_dir=None) -> Scenario:
         events=tuple(events), target_accuracy=target,
         time_budget_s=get(table, "time_budget_s", float, 120.0),
         max_pushes=get(table, "max_pushes", int, 1200), us_per_sample=us_per_sample,
-        description=get(table, "description", str, ""), source=where)
+        inject=inject, description=get(table, "description", str, ""), source=where)
 
 
 def _schedule(fail, key, times, speeds, period):

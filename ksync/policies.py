@@ -232,18 +232,22 @@ class Adaptive(Policy):
     When that is every live worker the cluster is treated as homogeneous and runs BSP. Otherwise it runs K-async, so the slower workers keep
     contributing, with staleness bounded at ``staleness_slack`` times the staleness the
     slowest worker is expected to have at the measured speeds (gradients beyond it, e.g.
-    from a worker that was paused, are dropped).
+    from a worker that was paused, are dropped). With many workers K is raised so that
+    a typical gradient is at most about ``target_staleness`` updates stale: K-async with
+    a small K over hundreds of workers makes every gradient hundreds of updates stale,
+    and training with momentum diverges.
 
     Args:
       tolerance: how much slower than the fastest a worker may be and still be waited for.
       refresh_every: updates between two re-evaluations (R).
       staleness_slack: factor on the expected staleness of the slowest worker.
+      target_staleness: staleness of the median worker's gradients that K may not exceed.
     """
 
     name = "adaptive"
 
     def __init__(self, tolerance: float = 1.3, refresh_every: int = 20,
-                 staleness_slack: float = 2.0):
+                 staleness_slack: float = 2.0, target_staleness: float = 2.0):
         super().__init__()
         if not (isinstance(tolerance, (int, float)) and tolerance >= 1.0):
             raise ValueError(f"tolerance must be a number >= 1.0, got {tolerance!r}.")
@@ -252,7 +256,10 @@ class Adaptive(Policy):
             raise ValueError(f"staleness_slack must be >= 1.0, got {staleness_slack!r}.")
         self.tolerance = float(tolerance)
         self.refresh_every = refresh_every
+        if not (isinstance(target_staleness, (int, float)) and target_staleness >= 1.0):
+            raise ValueError(f"target_staleness must be >= 1.0, got {target_staleness!r}.")
         self.staleness_slack = float(staleness_slack)
+        self.target_staleness = float(target_staleness)
         self._num_workers = None
 
     def _rule(self, num_workers):
@@ -274,18 +281,25 @@ class Adaptive(Policy):
                       f"({fastest * 1e3:.1f} ms): BSP")
         else:
             # k-async applies an update every k arrivals; at these speeds a worker with
-            # time t sees about t * sum(1/t_j) / k updates while it computes. The bound
-            # follows the slowest worker's finished steps: a stalled step, when it ends,
-            # is beyond it and dropped.
-            rate = sum(1.0 / t for t in times) / k
+            # time t sees about t * sum(1/t_j) / k updates while it computes.
+            arrivals = sum(1.0 / t for t in times)
+            typical = times[len(times) // 2] * arrivals
+            k_tolerance = k
+            k = min(len(times), max(k, math.ceil(typical / self.target_staleness - 1e-9)))
+            # The bound follows the slowest worker's finished steps: a stalled step,
+            # when it ends, is beyond it and dropped.
+            rate = arrivals / k
             usual = [observation.iteration_times[w] for w in live
                      if observation.iteration_times[w] is not None]
             expected = max(usual or times[:1]) * rate
             bound = max(1, math.ceil(self.staleness_slack * expected))
             rule = Rule(k=k, wait=False, max_staleness=bound)
-            reason = (f"{len(times) - k} of {len(times)} measured workers slower than "
-                      f"{self.tolerance:g}x the fastest ({fastest * 1e3:.1f} ms, slowest "
+            reason = (f"{len(times) - k_tolerance} of {len(times)} measured workers slower "
+                      f"than {self.tolerance:g}x the fastest ({fastest * 1e3:.1f} ms, slowest "
                       f"{times[-1] * 1e3:.1f} ms): K-async, staleness bound {bound}")
+            if k > k_tolerance:
+                reason += (f"; K raised from {k_tolerance} to {k} so the median worker's "
+                           f"gradients are about {self.target_staleness:g} updates stale")
         if self.history and self.history[-1][1] == rule:
             return None
         self.record(observation.version, rule, reason)
@@ -293,7 +307,8 @@ class Adaptive(Policy):
 
     def get_config(self):
         return {"tolerance": self.tolerance, "refresh_every": self.refresh_every,
-                "staleness_slack": self.staleness_slack}
+                "staleness_slack": self.staleness_slack,
+                "target_staleness": self.target_staleness}
 
 
 class _Staged(Policy):

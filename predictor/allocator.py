@@ -69,6 +69,16 @@ def _round_preserving_sum(target: np.ndarray, total: int, lo: int, hi: int) -> n
     return sizes
 
 
+def _usable(speeds: np.ndarray) -> bool:
+    """False, with an `AllocatorFallbackWarning` (equal sizes follow), for NaN, inf,
+    zero or negative speeds."""
+    if np.all(np.isfinite(speeds)) and np.all(speeds > 0):
+        return True
+    warnings.warn(f"unusable speeds {speeds.tolist()} (NaN, inf, zero or negative); "
+                  "falling back to equal batch sizes", AllocatorFallbackWarning, stacklevel=3)
+    return False
+
+
 class BatchAllocator:
     """Split a fixed global batch across workers in proportion to forecast speed.
 
@@ -137,10 +147,7 @@ class BatchAllocator:
         """Return per-worker batch sizes for forecast ``speeds`` (higher = faster)."""
         s = np.asarray(speeds, dtype=np.float64).ravel()
         self.check_feasible(s.size)
-        if not np.all(np.isfinite(s)) or np.any(s <= 0):
-            warnings.warn(
-                f"unusable speeds {s.tolist()} (NaN, inf, zero or negative); "
-                "falling back to equal batch sizes", AllocatorFallbackWarning, stacklevel=2)
+        if not _usable(s):
             # Forget the anchor so the first good forecast is applied immediately.
             self._anchor = None
             self._current = self.equal_sizes(s.size)
@@ -151,6 +158,22 @@ class BatchAllocator:
         sizes = _round_preserving_sum(target, self.global_batch, self.min_batch, self.max_batch)
         self._anchor, self._current = target, [int(b) for b in sizes]
         return list(self._current)
+
+    def deadline_sizes(self, speeds) -> list[int]:
+        """Sizes for a deadline: each worker gets the samples it finishes in the time
+        the fastest takes for an equal share (at least ``min_batch``, at most that share). Unlike `allocate`, the global batch shrinks instead of moving to the
+        faster workers (the deadline rule of Anytime Minibatch / Non-blocking SGD).
+
+        >>> BatchAllocator(global_batch=96, min_batch=4).deadline_sizes([2.0, 2.0, 1.0])
+        [32, 32, 16]
+        """
+        s = np.asarray(speeds, dtype=np.float64).ravel()
+        equal = np.array(self.equal_sizes(s.size))
+        if not _usable(s):
+            return equal.tolist()
+        deadline_s = np.min(equal / s)  # the fastest worker's time for its share
+        sizes = np.floor(s * deadline_s + 1e-9)
+        return np.clip(sizes, self.min_batch, equal).astype(int).tolist()
 
     def _keeps_previous(self, target: np.ndarray) -> bool:
         if self._anchor is None or self._anchor.shape != target.shape or self.hysteresis == 0:

@@ -4,7 +4,9 @@
 allocation from the speeds measured there (the static allocation of Chao et al.), and
 then, depending on ``mode``, keeps it (``"static"``), re-allocates from the last measured
 speeds (``"last"``), or from a forecaster's prediction of the coming window
-(``"forecast"``). Pure numpy: the strategy and the discrete-event simulator share it.
+(``"forecast"``); ``"deadline"`` gives each worker what it finishes, at the last measured
+speeds, in the time the fastest takes for an equal share (Non-blocking SGD's deadline:
+the global batch shrinks instead of moving to faster workers). Pure numpy: the strategy and the discrete-event simulator share it.
 
 Example:
 
@@ -20,7 +22,7 @@ import math
 
 import numpy as np
 
-MODES = ("static", "last", "forecast")
+MODES = ("static", "last", "forecast", "deadline")
 
 
 class AllocationSchedule:
@@ -28,7 +30,7 @@ class AllocationSchedule:
       allocator: a `predictor.BatchAllocator` (global batch, bounds, hysteresis).
       forecaster: a fitted `predictor.Forecaster` (e.g. `GRUSmoothingForecaster.default()`);
         required for mode "forecast".
-      mode: "static", "last" or "forecast" (default: "forecast" with a forecaster,
+      mode: "static", "last", "forecast" or "deadline" (default: "forecast" with a forecaster,
         otherwise "last").
       horizon: steps ahead the forecast covers; the allocation uses their mean.
     """
@@ -81,7 +83,10 @@ class AllocationSchedule:
                 self.forecaster.update(measured.reshape(-1, 1))
                 forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
                 target = forecast
-        sizes = self.allocator.allocate(target)
+        if self.mode == "deadline":
+            sizes = self.allocator.deadline_sizes(target)
+        else:
+            sizes = self.allocator.allocate(target)
         self.history.append({
             "version": int(version), "stage": stage,
             "measured": [None if not math.isfinite(m) else float(m) for m in measured],

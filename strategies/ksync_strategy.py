@@ -122,8 +122,9 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         trains its own copy online (connecting to the cluster invalidates Keras
         variables made before it); `KSyncCheckpoint` saves that copy.
       allocation_mode: "static" (profile, then keep the first allocation), "last"
-        (re-allocate from the last measured speeds) or "forecast" (the default when a
-        forecaster is given).
+        (re-allocate from the last measured speeds), "forecast" (the default when a
+        forecaster is given) or "deadline" (each worker gets what it finishes in the
+        fastest worker's time for an equal share; the global batch shrinks).
       allocate_every: updates between two allocations (R); the first allocation comes
         after this many updates at equal sizes (the profiling phase).
     """

@@ -135,3 +135,25 @@ def test_allocator_does_not_import_tensorflow():
             "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules "
             "and 'keras' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(feasible())
+def test_deadline_sizes_are_what_each_worker_finishes_in_the_fastest_time(case):
+    speeds, total, lo, hi = case
+    alloc = BatchAllocator(total, lo, hi)
+    equal = alloc.equal_sizes(len(speeds))
+    deadline = min(e / s for e, s in zip(equal, speeds))
+    sizes = alloc.deadline_sizes(speeds)
+    assert all(isinstance(b, int) for b in sizes) and sum(sizes) <= total
+    for b, e, s in zip(sizes, equal, speeds):
+        assert lo <= b <= e
+        assert b == lo or b / s <= deadline * (1 + 1e-9)       # done by the deadline
+        assert b == e or (b + 1) / s > deadline * (1 - 1e-9)   # and not one sample more
+
+
+def test_deadline_sizes_fall_back_to_equal_sizes_on_bad_speeds():
+    alloc = BatchAllocator(128, min_batch=4)
+    assert alloc.deadline_sizes([1.0, 1.0, 0.5, 0.25]) == [32, 32, 16, 8]
+    with pytest.warns(AllocatorFallbackWarning):
+        assert alloc.deadline_sizes([1.0, np.nan, 0.5, 0.25]) == [32] * 4

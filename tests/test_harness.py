@@ -1,5 +1,8 @@
 """The harness on the shared local cluster: a short run under a scenario with a pause."""
 
+import dataclasses
+import pathlib
+
 import pytest
 
 from cluster_sim.harness import ARMS, Arm, run_arm
@@ -32,6 +35,30 @@ def test_run_arm_with_allocation_records_batch_sizes(cluster):
     result = run_arm(cluster, Arm("BSP+alloc", "bsp", allocation="last"), small_scenario())
     assert result["batch_sizes"] and sum(result["batch_sizes"][-1]["sizes"]) == 32 * NUM_WORKERS
     assert result["dropped"] == 0
+
+
+def test_blackbox_duty_cycle_slows_the_worker_and_leaves_none_stopped(cluster):
+    scenario = dataclasses.replace(small_scenario(), inject="sigstop")
+    result = run_arm(cluster, Arm("ASP", "asp"), scenario, seed=1)
+    assert result["applied"] + result["dropped"] + result["pending"] == result["pushed"] == 120
+    # Half the wall time stopped: the slow worker's steps take far longer and it
+    # makes fewer of the asynchronous pushes.
+    times = result["worker_step_times"]
+    assert times[2] > 1.4 * max(times[0], times[1]), times
+    assert result["worker_pushes"][2] < min(result["worker_pushes"][:2]), result["worker_pushes"]
+    for w in range(NUM_WORKERS):
+        assert _proc_state(cluster.pid("worker", w)) != "T"
+
+
+def test_deadline_allocation_shrinks_the_slow_workers_batch(cluster):
+    result = run_arm(cluster, ARMS["nbsgd"], small_scenario())
+    sizes = result["batch_sizes"][-1]["sizes"]
+    assert sizes[2] < sizes[0] and max(sizes) <= 32 and sum(sizes) < 32 * NUM_WORKERS, sizes
+    assert result["dropped"] == 0
+
+
+def _proc_state(pid):
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_every_builtin_arm_builds_its_policy():

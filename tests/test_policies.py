@@ -105,10 +105,12 @@ def test_adaptive_persistent_straggler_goes_k_async_with_bounded_staleness():
     policy = ksync.Adaptive(tolerance=1.3)
     policy.rule(4)
     rule = observe(policy, [0.010, 0.010, 0.020, 0.040])
-    assert rule.k == 2 and not rule.wait and rule.max_staleness is not None
-    # slowest takes 4x the fastest: at ~(1+1+0.5+0.25)/2 updates per fast step it sees
-    # about 5.5 updates while computing; the bound leaves room for that.
-    assert rule.max_staleness >= 6
+    # Two workers within 1.3x, but with K=2 the median worker would see 2.75 updates
+    # while computing, over the target of 2: K=3.
+    assert rule.k == 3 and not rule.wait and rule.max_staleness is not None
+    # slowest takes 4x the fastest: at ~(1+1+0.5+0.25)/3 updates per fast step it sees
+    # about 3.7 updates while computing; the bound leaves room for that.
+    assert rule.max_staleness >= 4
     assert "K-async" in policy.explain()
     # the straggler recovers: back to BSP, and the history says why each time
     back = observe(policy, [0.010, 0.010, 0.011, 0.010], version=40)
@@ -165,3 +167,20 @@ def test_staged_baselines_switch_once(policy, first, second):
     assert observe(policy, [0.01] * 4, version=30) == second
     assert observe(policy, [0.01] * 4, version=60) is None
     assert ksync.get(policy.name, switch_after=5).rule(4) == first
+
+
+def test_adaptive_raises_k_with_many_workers_to_bound_typical_staleness():
+    policy = ksync.Adaptive(tolerance=1.3, target_staleness=4)
+    policy.rule(64)
+    times = [0.010 * (1 + i / 32) for i in range(64)]  # 1x to ~3x the fastest
+    rule = observe(policy, times)
+    within = sum(t <= 1.3 * times[0] for t in times)
+    assert not rule.wait and rule.k > within
+    # A typical worker computing for its median time sees about median * sum(1/t) / K
+    # updates: raising K keeps that at the target, not at 64 / within.
+    median = sorted(times)[32]
+    assert median * sum(1 / t for t in times) / rule.k <= 4.0
+    assert median * sum(1 / t for t in times) / (rule.k - 1) > 4.0
+    assert f"K raised from {within} to {rule.k}" in policy.explain()
+    with pytest.raises(ValueError, match="target_staleness"):
+        ksync.Adaptive(target_staleness=0.5)

@@ -1,5 +1,6 @@
 """Scenarios: built-ins load, speeds and events are right, bad input fails clearly."""
 
+import dataclasses
 import math
 import pathlib
 
@@ -171,6 +172,9 @@ def test_scenario_checks_one_slowdown_list_per_worker():
     ("workers = 2\n[slowdowns.trace]\njob = 'job_77'\n", r"slowdowns.trace.job: no trace file"),
     ("workers = 2\n[slowdowns.trace]\nspeed = 2\n", r"slowdowns.trace.speed: unknown key"),
     ("workers = [2\n", r"s.toml: malformed TOML"),
+    ("workers = 2\n[slowdowns]\ninject = 'cgroup'\n", r"slowdowns.inject: expected one of"),
+    ("workers = 2\n[slowdowns]\ninject = 'sigstop'\n[[events]]\naction = 'kill'\nworker = 0\n"
+     "at_s = 5\n", r"slowdowns.inject: the sigstop duty cycle cannot be combined"),
 ])
 def test_bad_scenarios_fail_naming_file_and_key(tmp_path, text, match):
     with pytest.raises(ValueError, match=match):
@@ -188,3 +192,12 @@ def test_minimal_file_defaults(tmp_path):
     s = load_scenario(write(tmp_path, MINIMAL, "tiny.toml"))
     assert (s.name, s.speeds_at(0.0), s.events) == ("tiny", [1.0, 1.0], ())
     assert math.isclose(s.standalone_samples_per_s(0, 1), 2 * 1e6 / s.us_per_sample)
+
+
+def test_blackbox_inject_mode(tmp_path):
+    s = load_scenario(write(tmp_path, "workers = 2\n[slowdowns]\ninject = 'sigstop'\n"
+                                      "speeds = [1.0, 0.5]\n"))
+    assert s.inject == "sigstop" and "black-box" in s.summary()
+    assert load_scenario("static").inject == "delay"
+    with pytest.raises(ValueError, match="cannot be combined with pause or kill"):
+        dataclasses.replace(load_scenario("churn"), inject="sigstop")

@@ -52,3 +52,12 @@ def test_static_mode_keeps_the_first_allocation():
     s = schedule("static")
     first = s.observe(10, GOOD)
     assert s.observe(20, [100.0, 300.0, 300.0]) is None and s.sizes == first
+
+
+def test_deadline_mode_shrinks_the_slow_workers_share_and_the_global_batch():
+    s = schedule("deadline")
+    assert s.observe(10, [None, 300.0, 100.0]) is None  # still profiling
+    assert allocate_quietly(s, 20, GOOD) == [32, 32, 10]
+    assert allocate_quietly(s, 30, [300.0, 150.0, 300.0]) == [32, 16, 32]
+    with pytest.warns(AllocatorFallbackWarning):
+        assert s.observe(40, [300.0, 0.0, 100.0]) == [32, 32, 32]

@@ -1,0 +1,70 @@
+"""The black-box slowdown: a real process duty-cycled by SIGSTOP/SIGCONT from outside."""
+
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cluster_sim.duty_cycle import DutyCycler
+
+# Prints the time after each short sleep: its rate of lines is its share of wall time.
+TICKER = "import time\nwhile True:\n    time.sleep(0.004)\n    print(time.monotonic(), flush=True)\n"
+
+
+def state(pid):
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture
+def ticker():
+    proc = subprocess.Popen([sys.executable, "-c", TICKER], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    ticks = []
+    reader = threading.Thread(target=lambda: [ticks.append(float(x)) for x in proc.stdout],
+                              daemon=True)
+    reader.start()
+    yield proc, ticks
+    proc.kill()
+    proc.wait()
+
+
+def rate(ticks, t0, t1):
+    return sum(t0 <= t < t1 for t in ticks) / (t1 - t0)
+
+
+def test_duty_cycle_gives_the_process_its_share_and_close_leaves_it_running(ticker):
+    proc, ticks = ticker
+    cycler = DutyCycler([proc.pid], period_s=0.1)
+    try:
+        time.sleep(0.5)  # the interpreter starts
+        t0 = time.monotonic()
+        time.sleep(1.5)
+        t1 = time.monotonic()
+        cycler.set_speeds([0.4])
+        time.sleep(2.0)
+        t2 = time.monotonic()
+        cycler.set_speeds([0.0])
+        time.sleep(0.3)
+        assert state(proc.pid) == "T"
+    finally:
+        cycler.close()
+    time.sleep(0.3)
+    assert state(proc.pid) in ("S", "R")
+    share = rate(ticks, t1 + 0.2, t2) / rate(ticks, t0, t1)
+    assert 0.25 < share < 0.55, share
+
+
+def test_bad_speeds_and_period_are_refused():
+    with pytest.raises(ValueError, match="period_s"):
+        DutyCycler([1], period_s=0)
+    cycler = DutyCycler([999999999])  # no such process group: signals are skipped
+    try:
+        with pytest.raises(ValueError, match="need 1 speeds"):
+            cycler.set_speeds([0.5, 0.5])
+        with pytest.raises(ValueError):
+            cycler.set_speeds([-1.0])
+    finally:
+        cycler.close()
