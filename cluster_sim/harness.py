@@ -177,6 +177,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     from cluster_sim.slowdown import SlowdownLayer
     from cluster_sim.workloads import compile_classifier, digits, mlp
     from strategies import KSyncStrategy
+    from strategies.checkpoint import stop_coordinator
 
     config = config or scenario.to_run_config()
     seed = config.seed if seed is None else seed
@@ -226,8 +227,12 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                     raise
     finally:
         events.finish()
-    return _result(arm, seed, strategy.telemetry(), recorder.curve, recorder.tta,
-                   recorder.sizes_over_time, events.applied, recorder.fit_errors)
+    result = _result(arm, seed, strategy.telemetry(), recorder.curve, recorder.tta,
+                     recorder.sizes_over_time, events.applied, recorder.fit_errors)
+    # Its coordinator's threads would outlive the run and, once the cluster is gone,
+    # report every failed attempt to reach it.
+    stop_coordinator(strategy)
+    return result
 
 
 #: How often `run_arm` starts `fit` again after a transient TensorFlow input error.

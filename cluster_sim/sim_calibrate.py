@@ -1,8 +1,8 @@
 """`python -m cluster_sim.sim_calibrate`: the simulator beside the real harness, per policy.
 
 1. Probe: on a real `LocalCluster` (1 PS, 4 workers) run the harness on the
-   `homogeneous` scenario under ASP and under BSP with epochs of two lengths, and read the
-   strategy's measured iteration time. From these come the simulator's framework costs
+   `homogeneous` scenario under ASP and under BSP with epochs of two lengths, each
+   ``--probe-repeats`` times, and read the strategy's measured iteration time. From these come the simulator's framework costs
    (`SimConfig` fields): the fixed cost of an epoch of the harness's ``fit``, its drain
    included (``chunk_overhead_s``), the per-step cost before the parameters are read
    (``read_overhead_s``) and after (``step_overhead_s``), and the extra delay of a worker
@@ -11,7 +11,9 @@
    (default: the built-in `static` and `trace` scenarios, 4 workers).
 3. Simulated: the same scenarios (`sim_workers.HarnessScenario`: the same speeds over
    time), policies and training config, in the harness's epochs, with the probed costs;
-   then the error table per scenario: medians over seeds on both sides.
+   then the error table per scenario: medians over seeds on both sides, and the timing
+   error alone (``t@v``: simulated over real time to the update count at which the real
+   run reached the target, paired by seed).
 
 The probe runs homogeneous speeds and the comparison heterogeneous ones, so the table
 checks the simulator on runs it was not fitted to.
@@ -36,40 +38,59 @@ import time
 from cluster_sim.simulate import SimConfig, parse_policy, run_policies, summarise
 
 PROBE_EPOCHS = (20, 100)  # pushes per epoch of the two probe runs
-PROBE_REPEATS = 4  # epochs timed per run, after one that traces the step
+PROBE_EPOCHS_TIMED = 4  # epochs timed per run, after one that traces the step
 
 
-def probe(cluster, run_arm, scenario) -> dict:
+def probe(cluster, run_arm, scenario, repeats: int = 3) -> dict:
     """Framework costs of the real strategy on ``cluster`` (seconds; see module doc),
-    measured with ``run_arm`` on the homogeneous ``scenario``."""
+    measured with ``run_arm`` on the homogeneous ``scenario``. Each of ASP and BSP runs
+    ``repeats`` times at each epoch length, interleaved; the costs come from the median
+    epoch time over all timed epochs, so one disturbed run does not set them."""
     from cluster_sim.harness import Arm
-    n = cluster.num_workers
-    input_s = scenario.batch_size * scenario.us_per_sample * 1e-6
-    out = {}
+    raw = {name: {"epoch_s": {p: [] for p in PROBE_EPOCHS}, "iteration_time_s": []}
+           for name in ("asp", "bsp")}
+    for _ in range(repeats):
+        for name in ("asp", "bsp"):
+            for pushes in PROBE_EPOCHS:
+                config = scenario.to_run_config(
+                    pushes_per_chunk=pushes, target_accuracy=2.0, time_budget_s=1e9,
+                    max_pushes=pushes * (1 + PROBE_EPOCHS_TIMED))
+                r = run_arm(cluster, Arm(name, name), scenario, config=config)
+                walls = [0.0] + [c["wall_s"] for c in r["curve"]]
+                raw[name]["epoch_s"][pushes] += [b - a for a, b in zip(walls[1:], walls[2:])]
+                raw[name]["iteration_time_s"] += [x for x in r["worker_compute_times"] if x]
+    return costs_from_probe(raw, cluster.num_workers,
+                            scenario.batch_size * scenario.us_per_sample * 1e-6)
+
+
+def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
+    """`SimConfig` framework costs from probe measurements: ``raw[policy]["epoch_s"]``
+    maps pushes per epoch to the epoch times measured, ``raw[policy]["iteration_time_s"]``
+    lists workers' measured compute times; ``input_s`` is the injected delay per step.
+
+    >>> raw = {"asp": {"epoch_s": {20: [0.3], 100: [1.1]}, "iteration_time_s": [0.02]},
+    ...        "bsp": {"epoch_s": {20: [0.5], 100: [1.7]}, "iteration_time_s": [0.02]}}
+    >>> {k: round(v, 4) for k, v in costs_from_probe(raw, 4, 0.01).items() if k != "raw"}
+    {'chunk_overhead_s': 0.15, 'step_overhead_s': 0.02, 'read_overhead_s': 0.01, 'gate_latency_s': 0.02}
+    """
+    derived = {}
     for name in ("asp", "bsp"):
-        epoch_s = []
-        for pushes in PROBE_EPOCHS:
-            config = scenario.to_run_config(pushes_per_chunk=pushes, target_accuracy=2.0,
-                                            max_pushes=pushes * (1 + PROBE_REPEATS),
-                                            time_budget_s=1e9)
-            r = run_arm(cluster, Arm(name, name), scenario, config=config)
-            walls = [0.0] + [c["wall_s"] for c in r["curve"]]
-            epoch_s.append(statistics.median(b - a for a, b in zip(walls[1:], walls[2:])))
-        per_push = (epoch_s[1] - epoch_s[0]) / (PROBE_EPOCHS[1] - PROBE_EPOCHS[0])
-        out[name] = {"epoch_s": epoch_s, "per_push_s": per_push,
-                     "epoch_overhead_s": max(0.0, epoch_s[0] - PROBE_EPOCHS[0] * per_push),
-                     "iteration_time_s": statistics.mean(
-                         x for x in r["worker_compute_times"] if x)}
-    asp, bsp = out["asp"], out["bsp"]
-    step = n * asp["per_push_s"]             # one worker's step under ASP (all in parallel)
+        epoch = {p: statistics.median(raw[name]["epoch_s"][p]) for p in PROBE_EPOCHS}
+        short, long = PROBE_EPOCHS
+        per_push = (epoch[long] - epoch[short]) / (long - short)
+        derived[name] = {"per_push_s": per_push,
+                         "epoch_overhead_s": max(0.0, epoch[short] - short * per_push),
+                         "iteration_time_s": statistics.median(raw[name]["iteration_time_s"])}
+    asp, bsp = derived["asp"], derived["bsp"]
+    step = num_workers * asp["per_push_s"]     # one worker's step under ASP (all in parallel)
     after_read = min(asp["iteration_time_s"], max(0.0, step - input_s))
-    round_s = n * bsp["per_push_s"]          # one BSP round: a step plus the gate
+    round_s = num_workers * bsp["per_push_s"]  # one BSP round: a step plus the gate
     return {
         "chunk_overhead_s": (asp["epoch_overhead_s"] + bsp["epoch_overhead_s"]) / 2,
         "step_overhead_s": after_read,
         "read_overhead_s": max(0.0, step - input_s - after_read),
         "gate_latency_s": max(0.0, round_s - step),
-        "raw": out,
+        "raw": raw,
     }
 
 
@@ -86,10 +107,12 @@ def sim_config(costs: dict, scenario, run_config) -> SimConfig:
         chunk_overhead_s=costs["chunk_overhead_s"], step_overhead_s=costs["step_overhead_s"],
         read_overhead_s=costs["read_overhead_s"], gate_latency_s=costs["gate_latency_s"],
         # The harness's workers sleep inside the step, before the parameters are read.
-        input_before_read=True, bandwidth_gbps=None, latency_s=0.0, seed=run_config.seed)
+        input_before_read=True, bandwidth_gbps=None, latency_s=0.0, seed=run_config.seed,
+        # Simulate on past the target so the time to each real run's update count is known.
+        stop_at_target=False)
 
 
-def run_real(specs, scenarios, seeds, out) -> tuple[dict, dict]:
+def run_real(specs, scenarios, seeds, out, probe_repeats=3) -> tuple[dict, dict]:
     """Probe, then every (scenario, seed, policy) on the real cluster; also saved to
     ``out/real.json`` as it goes."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -103,7 +126,7 @@ def run_real(specs, scenarios, seeds, out) -> tuple[dict, dict]:
     results = {name: [] for name in scenarios}
     with LocalCluster(num_workers=4) as cluster:
         print("probing framework costs (homogeneous ASP and BSP)...", flush=True)
-        costs = probe(cluster, run_arm, load_scenario("homogeneous"))
+        costs = probe(cluster, run_arm, load_scenario("homogeneous"), probe_repeats)
         print(json.dumps({k: v for k, v in costs.items() if k != "raw"}), flush=True)
         for name, scenario in scenarios.items():
             for seed in range(seeds):
@@ -119,9 +142,39 @@ def run_real(specs, scenarios, seeds, out) -> tuple[dict, dict]:
     return costs, results
 
 
+def time_at_version(curve, version):
+    """When ``curve`` (evaluations with ``wall_s`` and ``version``, in order) reached
+    ``version``, interpolated between evaluations; None if it never did.
+
+    >>> time_at_version([{"wall_s": 1.0, "version": 10}, {"wall_s": 3.0, "version": 30}], 20)
+    2.0
+    """
+    prev_t, prev_v = 0.0, 0
+    for point in curve:
+        if point["version"] >= version:
+            span = point["version"] - prev_v
+            return prev_t + (point["wall_s"] - prev_t) * (
+                (version - prev_v) / span if span else 1.0)
+        prev_t, prev_v = point["wall_s"], point["version"]
+    return None
+
+
+def timing_error(real_run: dict, sim_run: dict):
+    """Simulated over real time to the update count at which the real run reached its
+    target, minus 1 (None if it never did): the timing error alone, without the noise of
+    which evaluation first crosses the target."""
+    if real_run["tta_s"] is None:
+        return None
+    version = next(c["version"] for c in real_run["curve"] if c["wall_s"] >= real_run["tta_s"])
+    sim_t = time_at_version(sim_run["curve"], version)
+    real_t = time_at_version(real_run["curve"], version)
+    return None if sim_t is None or not real_t else sim_t / real_t - 1.0
+
+
 def error_table(real: list[dict], simulated: list[dict]) -> str:
     """One row per policy: medians over seeds of the real and the simulated runs (TTA as
-    the report takes it: a seed that never reached the target counts as infinite)."""
+    the report takes it: a seed that never reached the target counts as infinite), and
+    the median over seeds of `timing_error` (runs paired by seed)."""
     from cluster_sim.report import _cell, median_of, median_tta
     pct = lambda s, r: "-" if s is None or r in (None, 0) else f"{100 * (s - r) / r:+.0f}%"
     rows = []
@@ -131,13 +184,17 @@ def error_table(real: list[dict], simulated: list[dict]) -> str:
         rt = median_tta([x["tta_s"] for x in runs(real)])
         st = median_tta([x["tta_s"] for x in runs(simulated)])
         rs, ss = med(real, "samples_per_s"), med(simulated, "samples_per_s")
+        sims = {x["seed"]: x for x in runs(simulated)}
+        timing = median_of([timing_error(x, sims[x["seed"]]) for x in runs(real)
+                            if x["seed"] in sims])
         rows.append((policy, _cell(rt, ".1f"), _cell(st, ".1f"), pct(st, rt),
+                     "-" if timing is None else f"{100 * timing:+.0f}%",
                      _cell(rs, ".0f"), _cell(ss, ".0f"), pct(ss, rs),
                      f"{_cell(med(real, 'staleness_p95'), '.0f')}/"
                      f"{_cell(med(simulated, 'staleness_p95'), '.0f')}",
                      f"{_cell(med(real, 'final_accuracy'), '.3f')}/"
                      f"{_cell(med(simulated, 'final_accuracy'), '.3f')}"))
-    header = ("policy", "real TTA s", "sim TTA s", "TTA err", "real smp/s", "sim smp/s",
+    header = ("policy", "real TTA s", "sim TTA s", "TTA err", "t@v err", "real smp/s", "sim smp/s",
               "thr err", "stale p95 r/s", "final acc r/s")
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))
@@ -146,8 +203,8 @@ def error_table(real: list[dict], simulated: list[dict]) -> str:
 
 def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
     """The simulated counterpart of the real runs of ``specs`` on ``scenario``, labelled
-    as the harness labels them, throughput measured as the harness does (up to the
-    target)."""
+    as the harness labels them, throughput and final accuracy measured as the harness
+    does (up to the target, where the harness stops)."""
     from cluster_sim.workloads import digits
     config = sim_config(costs, scenario, scenario.to_run_config())
     runs = run_policies(specs, config, seeds=seeds, data=digits(seed=0), progress=False)
@@ -157,6 +214,7 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
         if run["tta_s"] is not None:
             upto = [c for c in run["curve"] if c["wall_s"] <= run["tta_s"]]
             run["samples_per_s"] = upto[-1]["pushes"] * config.batch_size / run["tta_s"]
+            run["final_accuracy"] = upto[-1]["accuracy"]
     return runs
 
 
@@ -169,6 +227,8 @@ def main(argv=None) -> int:
                                          "(default: the vendored sample)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per policy, real and "
                                                              "simulated (default 3)")
+    parser.add_argument("--probe-repeats", type=int, default=3,
+                        help="runs of each probe, interleaved (default 3)")
     parser.add_argument("--reuse", help="directory with a real.json of an earlier run: "
                                         "skip the real cluster")
     parser.add_argument("--out", default="runs/calibration")
@@ -178,8 +238,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     specs = [s.strip() for s in args.policies.split(",") if s.strip()]
     try:
-        if args.seeds < 1:
-            raise ValueError("--seeds must be >= 1")
+        if args.seeds < 1 or args.probe_repeats < 1:
+            raise ValueError("--seeds and --probe-repeats must be >= 1")
         scenarios = {name: load_scenario(name, traces_dir=args.traces)
                      for name in args.scenarios.split(",") if name}
         for spec in specs:
@@ -192,7 +252,7 @@ def main(argv=None) -> int:
         costs, real = saved["costs"], saved["results"]
         specs = saved["specs"]
     else:
-        costs, real = run_real(specs, scenarios, args.seeds, out)
+        costs, real = run_real(specs, scenarios, args.seeds, out, args.probe_repeats)
     print("\nframework costs: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in costs.items()
                                               if k != "raw"))
     tables = []
