@@ -1,0 +1,36 @@
+"""The README's main command, end to end: its own local cluster, a report, a clean exit."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def server_count():
+    out = subprocess.run(["pgrep", "-f", "strategies.server"], capture_output=True, text=True)
+    return len(out.stdout.split())
+
+
+def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
+    before = server_count()
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster_sim", "demo", "--arms", "bsp", "--max-pushes", "60",
+         "--out", str(tmp_path / "demo")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "report in" in done.stdout and "BSP" in done.stdout
+    results = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert [p["policy"] for p in results["policies"]] == ["BSP"]
+    assert (tmp_path / "demo" / "report.md").exists()
+    # TensorFlow's exit-time noise about the stopped servers does not bury the table.
+    assert "Failed to remove function remotely" not in done.stderr
+    assert server_count() == before  # its cluster is gone
+
+
+def test_demo_refuses_unknown_arms_with_the_choices():
+    done = subprocess.run([sys.executable, "-m", "cluster_sim", "demo", "--arms", "bsp,nope"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "unknown arms ['nope']" in done.stderr
+    assert "nbsgd" in done.stderr
