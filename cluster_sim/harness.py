@@ -125,8 +125,9 @@ class _ScenarioPlayer(threading.Thread):
         events = list(self.scenario.events)
         try:
             while not self.stop.wait(0.1):
-                if self.scenario.speeds_at(self.clock()) != speeds:
-                    speeds = self.scenario.speeds_at(self.clock())
+                now_speeds = self.scenario.speeds_at(self.clock())
+                if now_speeds != speeds:
+                    speeds = now_speeds
                     self._set_speeds(speeds)
                 now = time.monotonic() - self._t0
                 while events and events[0].at_s <= now:

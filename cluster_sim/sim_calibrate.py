@@ -149,14 +149,10 @@ def time_at_version(curve, version):
     >>> time_at_version([{"wall_s": 1.0, "version": 10}, {"wall_s": 3.0, "version": 30}], 20)
     2.0
     """
-    prev_t, prev_v = 0.0, 0
-    for point in curve:
-        if point["version"] >= version:
-            span = point["version"] - prev_v
-            return prev_t + (point["wall_s"] - prev_t) * (
-                (version - prev_v) / span if span else 1.0)
-        prev_t, prev_v = point["wall_s"], point["version"]
-    return None
+    from cluster_sim.report import _version_to_wall
+    if not curve or max(c["version"] for c in curve) < version:
+        return None
+    return _version_to_wall({"curve": curve})(version)
 
 
 def timing_error(real_run: dict, sim_run: dict):
