@@ -1,10 +1,9 @@
 """Command line of cluster_sim: ``python -m cluster_sim demo|simulate`` (see --help)."""
 
 import argparse
-import os
-import sys
 
 from cluster_sim import demo, simulate
+from cluster_sim.quiet_exit import quiet_exit
 
 
 def main(argv=None) -> int:
@@ -16,16 +15,5 @@ def main(argv=None) -> int:
     return {"demo": demo.run, "simulate": simulate.run}[args.command](args)
 
 
-def _quiet_exit(code: int) -> None:
-    """Exit without the hundreds of "Failed to remove function remotely" lines that
-    TensorFlow's eager context logs at interpreter exit, when it tries to free functions
-    on the demo's servers, already stopped, and that would bury the printed table."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    sys.exit(code)
-
-
 if __name__ == "__main__":
-    _quiet_exit(main())
+    quiet_exit(main())

@@ -1,4 +1,4 @@
-"""Benchmarks (not tests): ``python -m cluster_sim.bench overhead``.
+"""Benchmarks (not tests): ``python -m cluster_sim.bench overhead|allocation``.
 
 ``overhead``: on a homogeneous local cluster (1 PS, 3 workers, no injected delay), the
 steps/s of `KSyncStrategy` with ASP and with Adaptive beside the stock
@@ -6,6 +6,14 @@ steps/s of `KSyncStrategy` with ASP and with Adaptive beside the stock
 else on the machine hits all of them alike; prints medians and ratios to stock, of
 steps/s and of CPU time per step (all cluster processes and the chief), which other
 load on the machine disturbs less than wall time.
+
+``allocation``: equal batches against per-worker batch allocation under one scenario's
+slowdowns (default ``slow3x``), arms interleaved seed by seed on one cluster, each run
+for a fixed number of pushes (no stop at the target). Prints medians over seeds of the
+steady state (the second half of each run, after profiling and the first allocations):
+slowest over fastest mean step time, samples/s and hardware efficiency (samples/s over
+the sum of the workers' busy-time speeds), and the slowest worker's final batch over
+the mean of the others'.
 """
 
 import argparse
@@ -14,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 
 def _steps_per_s(cluster, make_strategy, steps, warmup, data):
@@ -84,6 +93,66 @@ def overhead(args) -> int:
     return 0
 
 
+def allocation(args) -> int:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+    from cluster_sim.harness import ARMS, run_arm
+    from cluster_sim.report import step_time_spread
+    from cluster_sim.scenarios import load_scenario
+
+    names = [a.strip() for a in args.arms.split(",")]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown:
+        print(f"error: unknown arms {unknown}; choose from {sorted(ARMS)}", file=sys.stderr)
+        return 2
+    try:
+        scenario = load_scenario(args.scenario, traces_dir=args.traces)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    overrides = dict(max_pushes=args.pushes, target_accuracy=2.0,  # never stops early
+                     time_budget_s=float("inf"))
+    if args.us_per_sample:
+        overrides["us_per_sample"] = args.us_per_sample
+    config = scenario.to_run_config(**overrides)
+    from cluster_sim.netns import isolate_loopback
+    isolate_loopback()
+    from cluster_sim.local_cluster import LocalCluster
+
+    rows = {n: [] for n in names}
+    print(f"scenario {scenario.summary()}; {config.us_per_sample:g} us per sample at speed "
+          f"1, global batch {config.batch_size * scenario.num_workers}, {args.pushes} "
+          f"pushes per run", flush=True)
+    with LocalCluster(num_workers=scenario.num_workers) as cluster:
+        for seed in range(args.seeds):
+            for name in names:
+                r = run_arm(cluster, ARMS[name], scenario, seed=seed, config=config)
+                steady = r["steady"]
+                sizes = r["batch_sizes"][-1]["sizes"] if r["batch_sizes"] else None
+                slowest = min(range(len(config.speeds)), key=lambda w: config.speeds[w])
+                ratio = (sizes[slowest] / statistics.mean(
+                    [b for w, b in enumerate(sizes) if w != slowest]) if sizes else None)
+                row = (step_time_spread(steady), steady["samples_per_s"],
+                       steady["hardware_efficiency"], r["hardware_efficiency"], ratio)
+                rows[name].append(row)
+                print(f"seed {seed} {ARMS[name].label:>18}: spread {row[0]:.2f}, "
+                      f"{row[1]:.0f} samples/s, hw eff {row[2]:.2f} (whole run {row[3]:.2f})"
+                      f", sizes {sizes}", flush=True)
+        gc.collect()
+    print(f"\nsteady state (second half of each run), median of {args.seeds} seed(s):")
+    print(f"{'arm':>18}  spread  samples/s  vs equal  hw eff  whole-run eff  slow/others batch")
+    base = statistics.median(r[1] for r in rows[names[0]])
+    for name in names:
+        med = [statistics.median(r[i] for r in rows[name]) if all(
+            r[i] is not None for r in rows[name]) else None for i in range(5)]
+        ratio = f"{med[4]:.2f}" if med[4] is not None else "-"
+        print(f"{ARMS[name].label:>18}  {med[0]:6.2f}  {med[1]:9.0f}  {med[1] / base:8.2f}  "
+              f"{med[2]:6.2f}  {med[3]:13.2f}  {ratio:>17}")
+    print(f"('vs equal': samples/s over the first arm's, {ARMS[names[0]].label})")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cluster_sim.bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,9 +162,19 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--configs", default="stock,asp,adaptive")
+    p = sub.add_parser("allocation", help="equal batches against batch allocation")
+    p.add_argument("--scenario", default="slow3x", help="built-in scenario or TOML file")
+    p.add_argument("--traces", default=None, help="trace directory for --scenario trace")
+    p.add_argument("--arms", default="bsp,lb-bsp,adaptive+alloc",
+                   help="comma-separated harness arms; the first is the baseline")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--pushes", type=int, default=600, help="pushes per run")
+    p.add_argument("--us-per-sample", type=float, default=None,
+                   help="override the scenario's injected microseconds per sample")
     args = parser.parse_args(argv)
-    return overhead(args)
+    return {"overhead": overhead, "allocation": allocation}[args.command](args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cluster_sim.quiet_exit import quiet_exit
+    quiet_exit(main())

@@ -282,7 +282,9 @@ class _Recorder(keras_callbacks.Callback):
         accuracy = float(logs["val_accuracy"])
         t = self.strategy.telemetry()
         self.curve.append({"wall_s": wall, "pushes": pushes, "version": t["version"],
-                           "loss": float(logs["val_loss"]), "accuracy": accuracy})
+                           "loss": float(logs["val_loss"]), "accuracy": accuracy,
+                           "workers": [{k: w[k] for k in ("pushes", "samples", "busy_s")}
+                                       for w in t["workers"]]})
         if self.allocation:
             self.sizes_over_time.append({"wall_s": wall,
                                          "sizes": list(t["allocation"]["sizes"])})
@@ -295,20 +297,50 @@ class _Recorder(keras_callbacks.Callback):
         self.model.stop_training = self.done
 
 
+def window_metrics(start: dict, end: dict) -> dict:
+    """Throughput, hardware efficiency and per-worker step times between two points of
+    a run's curve (each with ``wall_s`` and per-worker ``pushes``, ``samples``,
+    ``busy_s``; the run's start is ``{"wall_s": 0, "workers": zeros}``).
+
+    Each worker's rate while it was busy is its stand-alone speed under the same
+    slowdowns and the same CPU contention; efficiency is how much of their sum the
+    cluster achieved, 1.0 being no time lost to waiting.
+
+    >>> w = lambda p, s, b: {"pushes": p, "samples": s, "busy_s": b}
+    >>> m = window_metrics({"wall_s": 0, "workers": [w(0, 0, 0), w(0, 0, 0)]},
+    ...                    {"wall_s": 2, "workers": [w(10, 100, 1.0), w(5, 50, 2.0)]})
+    >>> m["samples_per_s"], m["hardware_efficiency"], m["worker_step_times"]
+    (75.0, 0.5, [0.1, 0.4])
+    """
+    wall = end["wall_s"] - start["wall_s"]
+    deltas = [{k: b[k] - a[k] for k in ("pushes", "samples", "busy_s")}
+              for a, b in zip(start["workers"], end["workers"])]
+    samples = sum(d["samples"] for d in deltas)
+    busy_rates = [d["samples"] / d["busy_s"] for d in deltas if d["busy_s"] > 0]
+    rate = samples / wall if wall > 0 else None
+    return {
+        "samples_per_s": rate,
+        "hardware_efficiency": rate / sum(busy_rates) if rate and busy_rates else None,
+        "idle_fraction": 1.0 - sum(min(1.0, d["busy_s"] / wall) for d in deltas)
+        / len(deltas) if wall > 0 else None,
+        "worker_step_times": [d["busy_s"] / d["pushes"] if d["pushes"] else None
+                              for d in deltas],
+    }
+
+
 def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied, fit_errors) -> dict:
-    wall = curve[-1]["wall_s"]
-    samples = sum(w["samples"] for w in t["workers"])
-    # Each worker's rate while it was busy is its stand-alone speed under the same
-    # slowdowns and the same CPU contention; efficiency is how much of their sum the
-    # cluster achieved, 1.0 being no time lost to waiting.
-    busy_rates = [w["samples"] / w["busy_s"] for w in t["workers"] if w["busy_s"] > 0]
+    zero = {"wall_s": 0.0, "workers": [{"pushes": 0, "samples": 0.0, "busy_s": 0.0}
+                                       for _ in t["workers"]]}
+    whole = window_metrics(zero, {"wall_s": curve[-1]["wall_s"], "workers": t["workers"]})
+    # The second half of the run: after warm-up, profiling and the first allocations.
+    steady = (window_metrics(curve[len(curve) // 2 - 1], curve[-1]) if len(curve) >= 2
+              else None)
     return {
         "policy": arm.label, "seed": seed, "tta_s": tta,
-        "final_accuracy": curve[-1]["accuracy"], "wall_s": wall,
-        "samples_per_s": samples / wall if wall > 0 else None,
-        "hardware_efficiency": (samples / wall) / sum(busy_rates) if busy_rates else None,
-        "idle_fraction": 1.0 - sum(min(1.0, w["busy_s"] / wall) for w in t["workers"])
-        / len(t["workers"]),
+        "final_accuracy": curve[-1]["accuracy"], "wall_s": curve[-1]["wall_s"],
+        "samples_per_s": whole["samples_per_s"],
+        "hardware_efficiency": whole["hardware_efficiency"],
+        "idle_fraction": whole["idle_fraction"], "steady": steady,
         "staleness_p50": t["staleness_p50"], "staleness_p95": t["staleness_p95"],
         "staleness_histogram": t["staleness_histogram"],
         "pushed": t["pushed"], "applied": t["applied"], "dropped": t["dropped"],

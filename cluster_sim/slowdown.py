@@ -31,6 +31,17 @@ def per_sample_delays_us(us_per_sample: float, speeds) -> list[float]:
     return [us_per_sample / s if s > 0 else 0.0 for s in speeds]
 
 
+def sleep_us(microseconds):
+    """An op that sleeps ``microseconds`` without burning CPU, then returns 0.
+
+    ``take(1)`` matters: the sleep transformation sleeps on every request for an element,
+    and ``get_single_element`` asks twice (the second time to check there is no other),
+    which would double the delay.
+    """
+    return tf.data.Dataset.from_tensors(tf.constant(0)).apply(
+        testing.sleep(microseconds)).take(1).get_single_element()
+
+
 class SlowdownLayer(keras.layers.Layer):
     """Identity layer that makes each worker's training step sleep per example."""
 
@@ -53,9 +64,7 @@ class SlowdownLayer(keras.layers.Layer):
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
         samples = tf.cast(tf.shape(inputs)[0], tf.float32)
         delay = tf.cast(tf.gather(self.delays, worker) * samples, tf.int64)
-        slept = tf.data.Dataset.from_tensors(tf.constant(0)).apply(
-            testing.sleep(delay)).get_single_element()
-        with tf.control_dependencies([slept]):
+        with tf.control_dependencies([sleep_us(delay)]):
             return tf.identity(inputs)
 
     def get_config(self):

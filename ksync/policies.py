@@ -242,12 +242,15 @@ class Adaptive(Policy):
       refresh_every: updates between two re-evaluations (R).
       staleness_slack: factor on the expected staleness of the slowest worker.
       target_staleness: staleness of the median worker's gradients that K may not exceed.
+      staleness_scaling: in K-async, weight each gradient 1 / (1 + its staleness)
+        (see `Rule`); False applies stale gradients at full weight.
     """
 
     name = "adaptive"
 
     def __init__(self, tolerance: float = 1.3, refresh_every: int = 20,
-                 staleness_slack: float = 2.0, target_staleness: float = 2.0):
+                 staleness_slack: float = 2.0, target_staleness: float = 2.0,
+                 staleness_scaling: bool = True):
         super().__init__()
         if not (isinstance(tolerance, (int, float)) and tolerance >= 1.0):
             raise ValueError(f"tolerance must be a number >= 1.0, got {tolerance!r}.")
@@ -260,6 +263,7 @@ class Adaptive(Policy):
             raise ValueError(f"target_staleness must be >= 1.0, got {target_staleness!r}.")
         self.staleness_slack = float(staleness_slack)
         self.target_staleness = float(target_staleness)
+        self.staleness_scaling = bool(staleness_scaling)
         self._num_workers = None
 
     def _rule(self, num_workers):
@@ -293,7 +297,8 @@ class Adaptive(Policy):
                      if observation.iteration_times[w] is not None]
             expected = max(usual or times[:1]) * rate
             bound = max(1, math.ceil(self.staleness_slack * expected))
-            rule = Rule(k=k, wait=False, max_staleness=bound)
+            rule = Rule(k=k, wait=False, max_staleness=bound,
+                        staleness_scaling=self.staleness_scaling)
             reason = (f"{len(times) - k_tolerance} of {len(times)} measured workers slower "
                       f"than {self.tolerance:g}x the fastest ({fastest * 1e3:.1f} ms, slowest "
                       f"{times[-1] * 1e3:.1f} ms): K-async, staleness bound {bound}")
@@ -308,7 +313,8 @@ class Adaptive(Policy):
     def get_config(self):
         return {"tolerance": self.tolerance, "refresh_every": self.refresh_every,
                 "staleness_slack": self.staleness_slack,
-                "target_staleness": self.target_staleness}
+                "target_staleness": self.target_staleness,
+                "staleness_scaling": self.staleness_scaling}
 
 
 class _Staged(Policy):

@@ -29,12 +29,16 @@ class Rule:
       max_staleness: gradients whose staleness (current version minus the version they
         were computed from) exceeds this are dropped or down-weighted. None = unbounded.
       stale_action: "drop" or "downweight" (weight 1 / (1 + staleness)) beyond the bound.
+      staleness_scaling: weight every accepted gradient 1 / (1 + staleness), the
+        staleness-aware learning rate of Zhang et al. (2016): asynchrony acts like extra
+        momentum, and without it K-async over many workers diverges with momentum 0.9.
     """
 
     k: int
     wait: bool
     max_staleness: int | None = None
     stale_action: str = "drop"
+    staleness_scaling: bool = False
 
     def __post_init__(self):
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
@@ -50,11 +54,12 @@ class Rule:
     def weight(self, staleness: int) -> float:
         """Multiplier of a gradient's sample weight; 0.0 means the gradient is dropped."""
         if self.max_staleness is None or staleness <= self.max_staleness:
-            return 1.0
+            return 1.0 / (1.0 + staleness) if self.staleness_scaling else 1.0
         return 0.0 if self.stale_action == "drop" else 1.0 / (1.0 + staleness)
 
     def describe(self) -> str:
         mode = "sync" if self.wait else "async"
         bound = "unbounded" if self.max_staleness is None else (
             f"{self.stale_action} beyond staleness {self.max_staleness}")
-        return f"K={self.k} {mode}, {bound}"
+        scaling = ", weight 1/(1+staleness)" if self.staleness_scaling else ""
+        return f"K={self.k} {mode}, {bound}{scaling}"

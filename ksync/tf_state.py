@@ -22,8 +22,9 @@ STALENESS_BINS = 17
 # Slots of the packed global counters.
 COUNTERS = ("version", "pushed", "applied", "dropped", "nonfinite", "pending")
 _V, _PUSHED, _APPLIED, _DROPPED, _NONFINITE, _PENDING = range(len(COUNTERS))
-# Slots of the packed rule: k, wait, max_staleness (-1 = unbounded), downweight.
-_K, _WAIT, _MAX_S, _DOWNWEIGHT = range(4)
+# Slots of the packed rule: k, wait, max_staleness (-1 = unbounded), downweight,
+# staleness scaling.
+_K, _WAIT, _MAX_S, _DOWNWEIGHT, _SCALING = range(5)
 # Per-worker sums: pushes, dropped, samples, busy seconds; last: time, batch size.
 WORKER_SUMS = ("worker_pushes", "worker_dropped", "worker_samples", "worker_time")
 WORKER_LAST = ("worker_last_time", "worker_last_samples")
@@ -32,7 +33,7 @@ WORKER_LAST = ("worker_last_time", "worker_last_samples")
 def _encode(rule: Rule):
     return [rule.k, int(rule.wait),
             -1 if rule.max_staleness is None else rule.max_staleness,
-            int(rule.stale_action == "downweight")]
+            int(rule.stale_action == "downweight"), int(rule.staleness_scaling)]
 
 
 def _ops(results):
@@ -81,7 +82,8 @@ class PSUpdateState:
         counters, rule, contributed, sums, last, hist = (t.numpy() for t in self._read_all())
         out = dict(zip(COUNTERS, (int(x) for x in counters)))
         out.update(k=int(rule[_K]), wait=bool(rule[_WAIT]), max_staleness=int(rule[_MAX_S]),
-                   downweight=bool(rule[_DOWNWEIGHT]), contributed=contributed,
+                   downweight=bool(rule[_DOWNWEIGHT]),
+                   staleness_scaling=bool(rule[_SCALING]), contributed=contributed,
                    staleness_hist=hist)
         out.update({name: sums[:, i] for i, name in enumerate(WORKER_SUMS)})
         out.update({name: last[:, i] for i, name in enumerate(WORKER_LAST)})
@@ -161,9 +163,10 @@ class PSUpdateState:
             version, pending = counters[_V], counters[_PENDING]
             staleness = version - version_read
             beyond = tf.logical_and(rule[_MAX_S] >= 0, staleness > rule[_MAX_S])
-            stale_weight = tf.where(rule[_DOWNWEIGHT] > 0,
-                                    1.0 / (1.0 + tf.cast(staleness, tf.float32)), 0.0)
-            weight = tf.where(beyond, stale_weight, 1.0)
+            scaled = 1.0 / (1.0 + tf.cast(staleness, tf.float32))
+            stale_weight = tf.where(rule[_DOWNWEIGHT] > 0, scaled, 0.0)
+            weight = tf.where(beyond, stale_weight,
+                              tf.where(rule[_SCALING] > 0, scaled, 1.0))
             weight = tf.where(tf.logical_and(finite, samples > 0), weight, 0.0)
             accepted = weight > 0.0
             accepted_i = tf.cast(accepted, tf.int64)

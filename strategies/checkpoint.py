@@ -52,7 +52,7 @@ PS_FAILURES = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.A
 
 def _rule_to_dict(rule):
     return {"k": rule.k, "wait": rule.wait, "max_staleness": rule.max_staleness,
-            "stale_action": rule.stale_action}
+            "stale_action": rule.stale_action, "staleness_scaling": rule.staleness_scaling}
 
 
 class KSyncCheckpoint:

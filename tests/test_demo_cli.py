@@ -34,3 +34,11 @@ def test_demo_refuses_unknown_arms_with_the_choices():
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "unknown arms ['nope']" in done.stderr
     assert "nbsgd" in done.stderr
+
+
+def test_allocation_bench_refuses_bad_arms_and_scenarios(capsys):
+    from cluster_sim import bench
+    assert bench.main(["allocation", "--arms", "bsp,nope"]) == 2
+    assert "unknown arms ['nope']" in capsys.readouterr().err
+    assert bench.main(["allocation", "--scenario", "no-such-scenario"]) == 2
+    assert "no-such-scenario" in capsys.readouterr().err

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from cluster_sim.harness import ARMS, Arm, run_arm
+from cluster_sim.harness import ARMS, Arm, run_arm, window_metrics
 from cluster_sim.scenarios import parse_scenario
 
 from conftest import NUM_WORKERS
@@ -35,6 +35,25 @@ def test_run_arm_with_allocation_records_batch_sizes(cluster):
     result = run_arm(cluster, Arm("BSP+alloc", "bsp", allocation="last"), small_scenario())
     assert result["batch_sizes"] and sum(result["batch_sizes"][-1]["sizes"]) == 32 * NUM_WORKERS
     assert result["dropped"] == 0
+    # The steady-state window is the run's second half: fewer pushes than the whole run.
+    steady, last = result["steady"], result["curve"][-1]
+    assert len(result["curve"]) == 2 and 0 < steady["hardware_efficiency"] <= 1.05
+    assert sum(w["pushes"] for w in last["workers"]) == 120
+    assert all(t > 0 for t in steady["worker_step_times"])
+
+
+def test_window_metrics_counts_only_the_window():
+    def point(wall, *workers):
+        return {"wall_s": wall, "workers": [{"pushes": p, "samples": s, "busy_s": b}
+                                            for p, s, b in workers]}
+    start = point(10.0, (5, 50, 1.0), (5, 50, 3.0))
+    end = point(12.0, (15, 150, 2.0), (7, 70, 3.8))
+    m = window_metrics(start, end)
+    assert m["samples_per_s"] == pytest.approx(60.0)          # 120 samples in 2 s
+    # stand-alone speeds 100/s and 25/s: 60 of 125 samples/s
+    assert m["hardware_efficiency"] == pytest.approx(0.48)
+    assert m["worker_step_times"] == pytest.approx([0.1, 0.4])
+    assert m["idle_fraction"] == pytest.approx(1 - (0.5 + 0.4) / 2)
 
 
 def test_blackbox_duty_cycle_slows_the_worker_and_leaves_none_stopped(cluster):

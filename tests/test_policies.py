@@ -108,6 +108,12 @@ def test_adaptive_persistent_straggler_goes_k_async_with_bounded_staleness():
     # Two workers within 1.3x, but with K=2 the median worker would see 2.75 updates
     # while computing, over the target of 2: K=3.
     assert rule.k == 3 and not rule.wait and rule.max_staleness is not None
+    # Stale gradients count less (a gradient one update old at half weight)...
+    assert rule.staleness_scaling and rule.weight(staleness=1) == 0.5
+    # ...unless asked otherwise.
+    plain = ksync.Adaptive(tolerance=1.3, staleness_scaling=False)
+    plain.rule(4)
+    assert observe(plain, [0.010, 0.010, 0.020, 0.040]).weight(staleness=1) == 1.0
     # slowest takes 4x the fastest: at ~(1+1+0.5+0.25)/3 updates per fast step it sees
     # about 3.7 updates while computing; the bound leaves room for that.
     assert rule.max_staleness >= 4

@@ -26,9 +26,25 @@ def make_pusher(state, var):
     return push
 
 
+class _Fixed(ksync.Policy):
+    """A policy that runs one given rule (rules no shipped static policy has)."""
+
+    def __init__(self, rule):
+        super().__init__()
+        self._fixed = rule
+
+    def _rule(self, num_workers):
+        return self._fixed
+
+    def __repr__(self):
+        return f"Fixed({self._fixed.describe()})"
+
+
 @pytest.mark.parametrize("policy", [ksync.BSP(), ksync.KSync(k=2), ksync.KAsync(k=3),
                                     ksync.SSP(max_staleness=1, stale_action="downweight"),
-                                    ksync.SSP(max_staleness=2), ksync.ASP()],
+                                    ksync.SSP(max_staleness=2), ksync.ASP(),
+                                    _Fixed(ksync.Rule(k=2, wait=False, max_staleness=2,
+                                                      staleness_scaling=True))],
                          ids=repr)
 def test_tf_state_matches_reference(policy):
     num_workers = 3

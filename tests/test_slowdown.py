@@ -1,0 +1,24 @@
+"""The injected delay lasts what the scenario asks, not a multiple of it."""
+
+import time
+
+import pytest
+import tensorflow as tf
+
+from cluster_sim.slowdown import per_sample_delays_us, sleep_us
+
+
+def test_sleep_lasts_the_requested_time_once():
+    sleep = tf.function(sleep_us)
+    sleep(tf.constant(1000, tf.int64))  # trace outside the timing
+    start = time.perf_counter()
+    sleep(tf.constant(300_000, tf.int64))
+    elapsed = time.perf_counter() - start
+    # A sleep that ran once per element request took 0.6 s here.
+    assert 0.29 < elapsed < 0.45, elapsed
+
+
+def test_per_sample_delays_scale_with_slowness():
+    assert per_sample_delays_us(300, [1.0, 0.5, 0.25, 0]) == [300, 600, 1200, 0]
+    with pytest.raises(ValueError, match=">= 0"):
+        per_sample_delays_us(300, [1.0, -1])
