@@ -71,7 +71,7 @@ def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
     >>> raw = {"asp": {"epoch_s": {20: [0.3], 100: [1.1]}, "iteration_time_s": [0.02]},
     ...        "bsp": {"epoch_s": {20: [0.5], 100: [1.7]}, "iteration_time_s": [0.02]}}
     >>> {k: round(v, 4) for k, v in costs_from_probe(raw, 4, 0.01).items() if k != "raw"}
-    {'chunk_overhead_s': 0.15, 'step_overhead_s': 0.02, 'read_overhead_s': 0.01, 'gate_latency_s': 0.02}
+    {'chunk_overhead_s': 0.15, 'step_overhead_s': 0.01, 'read_overhead_s': 0.02, 'gate_latency_s': 0.02}
     """
     derived = {}
     for name in ("asp", "bsp"):
@@ -83,7 +83,9 @@ def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
                          "iteration_time_s": statistics.median(raw[name]["iteration_time_s"])}
     asp, bsp = derived["asp"], derived["bsp"]
     step = num_workers * asp["per_push_s"]     # one worker's step under ASP (all in parallel)
-    after_read = min(asp["iteration_time_s"], max(0.0, step - input_s))
+    # The measured iteration time starts at the version read, before the injected sleep:
+    # only what follows the sleep comes after the parameters are read.
+    after_read = max(0.0, min(asp["iteration_time_s"] - input_s, step - input_s))
     round_s = num_workers * bsp["per_push_s"]  # one BSP round: a step plus the gate
     return {
         "chunk_overhead_s": (asp["epoch_overhead_s"] + bsp["epoch_overhead_s"]) / 2,
@@ -245,8 +247,13 @@ def main(argv=None) -> int:
         return 2
     if args.reuse:
         saved = json.loads((pathlib.Path(args.reuse) / "real.json").read_text())
-        costs, real = saved["costs"], saved["results"]
-        specs = saved["specs"]
+        real, specs = saved["results"], saved["specs"]
+        # From the raw probe, so a corrected derivation applies to saved measurements.
+        raw = {name: dict(probe, epoch_s={int(p): t for p, t in probe["epoch_s"].items()})
+               for name, probe in saved["costs"]["raw"].items()}  # JSON keys are strings
+        homogeneous = load_scenario("homogeneous")
+        costs = costs_from_probe(raw, 4,
+                                 homogeneous.batch_size * homogeneous.us_per_sample * 1e-6)
     else:
         costs, real = run_real(specs, scenarios, args.seeds, out, args.probe_repeats)
     print("\nframework costs: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in costs.items()
