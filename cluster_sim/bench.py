@@ -98,7 +98,7 @@ def allocation(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
     from cluster_sim.harness import ARMS, run_arm
-    from cluster_sim.report import step_time_spread
+    from cluster_sim.report import _cell, median_of, step_time_spread
     from cluster_sim.scenarios import load_scenario
 
     names = [a.strip() for a in args.arms.split(",")]
@@ -113,9 +113,13 @@ def allocation(args) -> int:
         return 2
     overrides = dict(max_pushes=args.pushes, target_accuracy=2.0,  # never stops early
                      time_budget_s=float("inf"))
-    if args.us_per_sample:
+    if args.us_per_sample is not None:
         overrides["us_per_sample"] = args.us_per_sample
     config = scenario.to_run_config(**overrides)
+    if args.seeds < 1 or args.pushes < 2 * config.pushes_per_chunk:
+        print(f"error: need --seeds >= 1 and --pushes >= {2 * config.pushes_per_chunk} (two "
+              f"evaluation chunks: the steady state is the second half)", file=sys.stderr)
+        return 2
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
     from cluster_sim.local_cluster import LocalCluster
@@ -136,19 +140,19 @@ def allocation(args) -> int:
                 row = (step_time_spread(steady), steady["samples_per_s"],
                        steady["hardware_efficiency"], r["hardware_efficiency"], ratio)
                 rows[name].append(row)
-                print(f"seed {seed} {ARMS[name].label:>18}: spread {row[0]:.2f}, "
-                      f"{row[1]:.0f} samples/s, hw eff {row[2]:.2f} (whole run {row[3]:.2f})"
-                      f", sizes {sizes}", flush=True)
-        gc.collect()
+                print(f"seed {seed} {ARMS[name].label:>18}: spread {_cell(row[0], '.2f')}, "
+                      f"{_cell(row[1], '.0f')} samples/s, hw eff {_cell(row[2], '.2f')} "
+                      f"(whole run {_cell(row[3], '.2f')}), sizes {sizes}", flush=True)
+                gc.collect()
     print(f"\nsteady state (second half of each run), median of {args.seeds} seed(s):")
     print(f"{'arm':>18}  spread  samples/s  vs equal  hw eff  whole-run eff  slow/others batch")
-    base = statistics.median(r[1] for r in rows[names[0]])
+    base = median_of([r[1] for r in rows[names[0]]])
     for name in names:
-        med = [statistics.median(r[i] for r in rows[name]) if all(
-            r[i] is not None for r in rows[name]) else None for i in range(5)]
-        ratio = f"{med[4]:.2f}" if med[4] is not None else "-"
-        print(f"{ARMS[name].label:>18}  {med[0]:6.2f}  {med[1]:9.0f}  {med[1] / base:8.2f}  "
-              f"{med[2]:6.2f}  {med[3]:13.2f}  {ratio:>17}")
+        med = [median_of([r[i] for r in rows[name]]) for i in range(5)]
+        vs = med[1] / base if med[1] is not None and base else None
+        print(f"{ARMS[name].label:>18}  {_cell(med[0], '.2f'):>6}  {_cell(med[1], '.0f'):>9}  "
+              f"{_cell(vs, '.2f'):>8}  {_cell(med[2], '.2f'):>6}  {_cell(med[3], '.2f'):>13}  "
+              f"{_cell(med[4], '.2f'):>17}")
     print(f"('vs equal': samples/s over the first arm's, {ARMS[names[0]].label})")
     return 0
 

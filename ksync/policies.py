@@ -263,7 +263,10 @@ class Adaptive(Policy):
             raise ValueError(f"target_staleness must be >= 1.0, got {target_staleness!r}.")
         self.staleness_slack = float(staleness_slack)
         self.target_staleness = float(target_staleness)
-        self.staleness_scaling = bool(staleness_scaling)
+        if not isinstance(staleness_scaling, bool):
+            raise ValueError(f"staleness_scaling must be true or false, got "
+                             f"{staleness_scaling!r}.")
+        self.staleness_scaling = staleness_scaling
         self._num_workers = None
 
     def _rule(self, num_workers):

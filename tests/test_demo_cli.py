@@ -42,3 +42,5 @@ def test_allocation_bench_refuses_bad_arms_and_scenarios(capsys):
     assert "unknown arms ['nope']" in capsys.readouterr().err
     assert bench.main(["allocation", "--scenario", "no-such-scenario"]) == 2
     assert "no-such-scenario" in capsys.readouterr().err
+    assert bench.main(["allocation", "--pushes", "60"]) == 2  # no second half to measure
+    assert "--pushes >= 120" in capsys.readouterr().err

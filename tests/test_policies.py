@@ -83,6 +83,7 @@ def test_nonfinite_gradients_are_dropped_and_counted():
     (lambda: ksync.get("hogwild"), "unknown policy 'hogwild'"),
     (lambda: ksync.BackupWorkers(backups=3).rule(3), "leaves no gradient"),
     (lambda: ksync.Adaptive(tolerance=0.5), "tolerance must be"),
+    (lambda: ksync.parse("adaptive:staleness_scaling=False"), "true or false"),
 ])
 def test_bad_configuration_fails_with_a_clear_message(make, message):
     with pytest.raises(ValueError, match=message):
