@@ -24,6 +24,8 @@ import sys
 import time
 import warnings
 
+from cluster_sim.quiet_exit import quiet_exit
+
 
 def _steps_per_s(cluster, make_strategy, steps, warmup, data):
     import tf_keras as keras
@@ -97,16 +99,12 @@ def allocation(args) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    from cluster_sim.harness import ARMS, run_arm
+    from cluster_sim.harness import ARMS, parse_arms, run_arm
     from cluster_sim.report import _cell, median_of, step_time_spread
     from cluster_sim.scenarios import load_scenario
 
-    names = [a.strip() for a in args.arms.split(",")]
-    unknown = [a for a in names if a not in ARMS]
-    if unknown:
-        print(f"error: unknown arms {unknown}; choose from {sorted(ARMS)}", file=sys.stderr)
-        return 2
     try:
+        names = parse_arms(args.arms)
         scenario = load_scenario(args.scenario, traces_dir=args.traces)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -180,5 +178,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from cluster_sim.quiet_exit import quiet_exit
     quiet_exit(main())

@@ -38,14 +38,13 @@ def run(args) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    from cluster_sim.harness import ARMS, run_arm
+    from cluster_sim.harness import ARMS, parse_arms, run_arm
     from cluster_sim.scenarios import load_scenario
 
-    names = list(ARMS) if args.arms == "all" else [a.strip() for a in args.arms.split(",")]
-    unknown = [a for a in names if a not in ARMS]
-    if unknown:
-        print(f"error: unknown arms {unknown}; choose from {sorted(ARMS)} or 'all'",
-              file=sys.stderr)
+    try:
+        names = parse_arms(args.arms)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     if args.seeds < 1:
         print("error: --seeds must be at least 1", file=sys.stderr)

@@ -168,6 +168,20 @@ class _ScenarioPlayer(threading.Thread):
                                f"{self.error}") from self.error
 
 
+def parse_arms(text: str) -> list[str]:
+    """Names of `ARMS` from a comma-separated list, or every arm for ``"all"``; raises
+    ValueError naming the unknown ones and the choices.
+
+    >>> parse_arms("bsp, lb-bsp")
+    ['bsp', 'lb-bsp']
+    """
+    names = list(ARMS) if text.strip() == "all" else [a.strip() for a in text.split(",")]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown:
+        raise ValueError(f"unknown arms {unknown}; choose from {sorted(ARMS)} or 'all'")
+    return names
+
+
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             config: RunConfig | None = None, data=None, progress=None) -> dict:
     """Train the scenario's MLP on digits under ``arm``; measurements as a plain dict.

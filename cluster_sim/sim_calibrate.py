@@ -37,6 +37,7 @@ import time
 
 from cluster_sim.simulate import SimConfig, parse_policy, run_policies, summarise
 
+PROBE_WORKERS = 4  # the real cluster of the probe and the comparison
 PROBE_EPOCHS = (20, 100)  # pushes per epoch of the two probe runs
 PROBE_EPOCHS_TIMED = 4  # epochs timed per run, after one that traces the step
 
@@ -59,8 +60,12 @@ def probe(cluster, run_arm, scenario, repeats: int = 3) -> dict:
                 walls = [0.0] + [c["wall_s"] for c in r["curve"]]
                 raw[name]["epoch_s"][pushes] += [b - a for a, b in zip(walls[1:], walls[2:])]
                 raw[name]["iteration_time_s"] += [x for x in r["worker_compute_times"] if x]
-    return costs_from_probe(raw, cluster.num_workers,
-                            scenario.batch_size * scenario.us_per_sample * 1e-6)
+    return costs_from_probe(raw, cluster.num_workers, _injected_s(scenario))
+
+
+def _injected_s(scenario) -> float:
+    """The injected delay of one full-speed step of ``scenario``."""
+    return scenario.batch_size * scenario.us_per_sample * 1e-6
 
 
 def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
@@ -126,7 +131,7 @@ def run_real(specs, scenarios, seeds, out, probe_repeats=3) -> tuple[dict, dict]
     from cluster_sim.scenarios import load_scenario
 
     results = {name: [] for name in scenarios}
-    with LocalCluster(num_workers=4) as cluster:
+    with LocalCluster(num_workers=PROBE_WORKERS) as cluster:
         print("probing framework costs (homogeneous ASP and BSP)...", flush=True)
         costs = probe(cluster, run_arm, load_scenario("homogeneous"), probe_repeats)
         print(json.dumps({k: v for k, v in costs.items() if k != "raw"}), flush=True)
@@ -251,9 +256,7 @@ def main(argv=None) -> int:
         # From the raw probe, so a corrected derivation applies to saved measurements.
         raw = {name: dict(probe, epoch_s={int(p): t for p, t in probe["epoch_s"].items()})
                for name, probe in saved["costs"]["raw"].items()}  # JSON keys are strings
-        homogeneous = load_scenario("homogeneous")
-        costs = costs_from_probe(raw, 4,
-                                 homogeneous.batch_size * homogeneous.us_per_sample * 1e-6)
+        costs = costs_from_probe(raw, PROBE_WORKERS, _injected_s(load_scenario("homogeneous")))
     else:
         costs, real = run_real(specs, scenarios, args.seeds, out, args.probe_repeats)
     print("\nframework costs: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in costs.items()
