@@ -1,18 +1,42 @@
-"""Command line of cluster_sim: ``python -m cluster_sim demo|simulate`` (see --help)."""
+"""The command line of cluster_sim: ``python -m cluster_sim COMMAND`` (see --help).
+
+One entry point for every lab command; each lives in a module of `cluster_sim.cli`
+(``report`` in `cluster_sim.report.writer`) with ``add_arguments(parser)`` and
+``run(args)``.
+"""
 
 import argparse
+import importlib
+import re
 
-from cluster_sim import demo, simulate
-from cluster_sim.quiet_exit import quiet_exit
+from cluster_sim.cli import quiet_exit
+
+#: command -> module with add_arguments(parser) and run(args).
+COMMANDS = {
+    "demo": "cluster_sim.cli.demo",
+    "simulate": "cluster_sim.cli.simulate",
+    "bench": "cluster_sim.cli.bench",
+    "soak": "cluster_sim.cli.soak",
+    "calibrate": "cluster_sim.cli.calibrate",
+    "scale": "cluster_sim.cli.scale",
+    "report": "cluster_sim.report.writer",
+}
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo.add_arguments(sub.add_parser("demo", help=demo.__doc__.splitlines()[0]))
-    simulate.add_arguments(sub.add_parser("simulate", help=simulate.__doc__.splitlines()[0]))
+    parser = argparse.ArgumentParser(prog="python -m cluster_sim",
+                                     description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, path in COMMANDS.items():
+        module = importlib.import_module(path)
+        doc = module.__doc__.strip()
+        summary = re.sub(r"^`python -m cluster_sim \w+`: ", "", " ".join(doc.split("\n\n")[0].split()))
+        sub_parser = sub.add_parser(name, help=summary, description=doc,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(run=module.run)
     args = parser.parse_args(argv)
-    return {"demo": demo.run, "simulate": simulate.run}[args.command](args)
+    return args.run(args)
 
 
 if __name__ == "__main__":

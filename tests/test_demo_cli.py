@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -13,6 +15,7 @@ def server_count():
     return len(out.stdout.split())
 
 
+@pytest.mark.cluster
 def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
     before = server_count()
     done = subprocess.run(
@@ -37,10 +40,10 @@ def test_demo_refuses_unknown_arms_with_the_choices():
 
 
 def test_allocation_bench_refuses_bad_arms_and_scenarios(capsys):
-    from cluster_sim import bench
-    assert bench.main(["allocation", "--arms", "bsp,nope"]) == 2
+    from cluster_sim.__main__ import main
+    assert main(["bench", "allocation", "--arms", "bsp,nope"]) == 2
     assert "unknown arms ['nope']" in capsys.readouterr().err
-    assert bench.main(["allocation", "--scenario", "no-such-scenario"]) == 2
+    assert main(["bench", "allocation", "--scenario", "no-such-scenario"]) == 2
     assert "no-such-scenario" in capsys.readouterr().err
-    assert bench.main(["allocation", "--pushes", "60"]) == 2  # no second half to measure
+    assert main(["bench", "allocation", "--pushes", "60"]) == 2  # no second half to measure
     assert "--pushes >= 120" in capsys.readouterr().err

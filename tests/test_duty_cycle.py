@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cluster_sim.duty_cycle import DutyCycler
+from cluster_sim.harness.signals import DutyCycler
 
 # Prints the time after each short sleep: its rate of lines is its share of wall time.
 TICKER = "import time\nwhile True:\n    time.sleep(0.004)\n    print(time.monotonic(), flush=True)\n"

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from cluster_sim.harness import ARMS, Arm, run_arm, window_metrics
+from cluster_sim.harness.run import ARMS, Arm, run_arm, window_metrics
 from cluster_sim.scenarios import parse_scenario
 
 from conftest import NUM_WORKERS
@@ -19,6 +19,7 @@ def small_scenario(**events):
     return parse_scenario(table)
 
 
+@pytest.mark.cluster
 def test_run_arm_measures_a_paused_worker_and_resumes_it(cluster):
     scenario = small_scenario(events=[{"action": "pause", "worker": 2, "at_s": 0.5,
                                        "duration_s": 2.0}])
@@ -31,6 +32,7 @@ def test_run_arm_measures_a_paused_worker_and_resumes_it(cluster):
     assert result["curve"][-1]["pushes"] == 120 and result["tta_s"] is None
 
 
+@pytest.mark.cluster
 def test_run_arm_with_allocation_records_batch_sizes(cluster):
     result = run_arm(cluster, Arm("BSP+alloc", "bsp", allocation="last"), small_scenario())
     assert result["batch_sizes"] and sum(result["batch_sizes"][-1]["sizes"]) == 32 * NUM_WORKERS
@@ -56,6 +58,7 @@ def test_window_metrics_counts_only_the_window():
     assert m["idle_fraction"] == pytest.approx(1 - (0.5 + 0.4) / 2)
 
 
+@pytest.mark.cluster
 def test_blackbox_duty_cycle_slows_the_worker_and_leaves_none_stopped(cluster):
     scenario = dataclasses.replace(small_scenario(), inject="sigstop")
     result = run_arm(cluster, Arm("ASP", "asp"), scenario, seed=1)
@@ -69,6 +72,7 @@ def test_blackbox_duty_cycle_slows_the_worker_and_leaves_none_stopped(cluster):
         assert _proc_state(cluster.pid("worker", w)) != "T"
 
 
+@pytest.mark.cluster
 def test_deadline_allocation_shrinks_the_slow_workers_batch(cluster):
     result = run_arm(cluster, ARMS["nbsgd"], small_scenario())
     sizes = result["batch_sizes"][-1]["sizes"]
@@ -85,6 +89,17 @@ def test_every_builtin_arm_builds_its_policy():
         arm.make_policy().rule(4)
 
 
+@pytest.mark.cluster
 def test_scenario_and_cluster_sizes_must_match(cluster):
     with pytest.raises(ValueError, match="start the cluster from the scenario"):
         run_arm(cluster, Arm("BSP", "bsp"), parse_scenario({"name": "x", "workers": 5}))
+
+
+def test_run_config_from_scenario_maps_the_harness_fields():
+    from cluster_sim.harness.run import RunConfig
+    from cluster_sim.scenarios import load_scenario
+    config = RunConfig.from_scenario(load_scenario("static"), seed=3)
+    assert config.speeds == (1.0, 1.0, 0.5, 0.25)
+    assert (config.seed, config.batch_size, config.hidden) == (3, 32, (64, 64))
+    with pytest.raises(TypeError):
+        RunConfig.from_scenario(load_scenario("static"), no_such_field=1)

@@ -167,3 +167,46 @@ def test_cli_errors_clearly(tmp_path, capsys):
     (tmp_path / "results.json").write_text("{}")
     assert report.main([str(tmp_path)]) == 2
     assert "not a results.json" in capsys.readouterr().err
+
+
+def test_a_simulator_result_renders_with_the_same_report(tmp_path):
+    import predictor
+    import ksync
+    from cluster_sim.sim import SimConfig, Simulation
+
+    config = SimConfig(num_workers=4, max_pushes=120, eval_every=40, stop_at_target=False)
+    runs = [Simulation(ksync.Adaptive(refresh_every=10), config,
+                       allocator=predictor.BatchAllocator(128, min_batch=4)).run(),
+            Simulation(ksync.BSP(), config).run()]
+    assert runs[0]["batch_sizes"][0] == {"wall_s": 0.0, "sizes": [32, 32, 32, 32]}
+    assert len(runs[0]["batch_sizes"]) > 1 and runs[1]["batch_sizes"] == []
+    summaries = report.write_report(tmp_path, runs, title="simulated")
+    assert [s["policy"].split("(")[0] for s in summaries] == ["Adaptive", "BSP"]
+    for name in ("report.md", "batch_sizes.png", "k_over_time.png", "staleness.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    # Rebuilt from the file alone, as `python -m cluster_sim report FILE` does.
+    assert report.main([str(tmp_path / "results.json")]) == 0
+
+
+def test_one_tta_definition_for_every_table():
+    # A seed that never reached the target counts as infinite: [10, never, never] has none.
+    runs = [result("BSP()", s, tta) for s, tta in enumerate([10.0, None, None])]
+    (s,) = report.summarise(runs)
+    assert s["tta_s"] is None and s["tta_reached"] == 1
+
+
+def test_older_result_files_still_render(tmp_path):
+    old = dict(result("BSP()", 0, 5.0), batch_sizes=[32, 32, 16, 8])  # the old simulator's
+    (tmp_path / "old.json").write_text(json.dumps({"config": {}, "results": [old]}))
+    assert report.main([str(tmp_path / "old.json")]) == 0
+    assert (tmp_path / "batch_sizes.png").stat().st_size > 0
+    calibration = {"costs": {}, "results": {"static": [old], "trace": [old]}}
+    (tmp_path / "real.json").write_text(json.dumps(calibration))
+    runs, _ = report.load_results(tmp_path / "real.json")
+    assert len(runs) == 2 and runs[0]["batch_sizes"][0]["sizes"] == [32, 32, 16, 8]
+
+
+def test_the_table_helpers_are_public():
+    assert report.format_cell(None, ".1f") == "-" and report.format_cell(2.25, ".1f") == "2.2"
+    assert report.version_to_wall({"curve": [{"wall_s": 4.0, "version": 8}]})(2) == 1.0
+    assert report.text_table(["a"], [["xyz"]]).splitlines() == ["a", "---", "xyz"]

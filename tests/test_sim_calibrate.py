@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster_sim.sim_calibrate import (costs_from_probe, error_table, time_at_version,
+from cluster_sim.cli.calibrate import (costs_from_probe, error_table, time_at_version,
                                        timing_error)
 
 

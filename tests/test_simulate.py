@@ -11,11 +11,12 @@ import pytest
 
 import ksync
 import predictor
-from cluster_sim import simulate as cli
-from cluster_sim.sim_engine import SimConfig, Simulation, simulate
-from cluster_sim.sim_model import MLP
+from cluster_sim.__main__ import main
+from cluster_sim.sim.engine import SimConfig, Simulation, simulate
+from cluster_sim.sim.model import MLP
 from cluster_sim.scenarios import DEFAULT_TRACE_DIR
-from cluster_sim.sim_workers import make_scenario
+from cluster_sim.sim.speeds import make_speed_model
+from cluster_sim.report import SCHEMA_VERSION, RunResult
 from cluster_sim.workloads import digits
 
 
@@ -153,62 +154,66 @@ def test_gradients_match_finite_differences():
             assert grads[j, i] == pytest.approx(numeric, rel=1e-4, abs=1e-7)
 
 
-def test_trace_workers_follow_series_i_mod_n(tmp_path):
-    (tmp_path / "job_9_norm.csv").write_text(
-        ",worker,gpu,time,batch_time_norm\n0,0,1,1,100\n1,1,1,1,200\n2,2,1,1,200\n"
-        "3,0,1,11,50\n4,1,1,11,200\n5,2,1,11,200\n")
-    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")  # no trace columns: ignored
-    sc = make_scenario("trace", 4, us_per_sample=100, traces=tmp_path, time_unit_s=1.0)
-    # The median of 1/time over the file is 1/200: worker 0 runs at 2 then 4, the others
-    # at 1; simulated worker 3 follows trace worker 0 again.
-    assert [sc.speed(w, 0.0) for w in range(4)] == [2.0, 1.0, 1.0, 2.0]
-    assert sc.speed(0, 10.5) == 4.0 == sc.speed(3, 10.5) and sc.speed(1, 10.5) == 1.0
-    assert sc.compute_time(0, 0.0, 10) == pytest.approx(10 * 100e-6 / 2.0)
-
-
-def test_a_harness_scenario_runs_with_its_own_speeds_over_time(data):
+def test_a_scenario_name_means_the_demos_speeds_tiled_over_the_workers(data):
     from cluster_sim.scenarios import load_scenario, parse_scenario
     trace = load_scenario("trace")
-    sc = make_scenario(trace, 4, us_per_sample=300)
+    by_name = make_speed_model("trace", 8, us_per_sample=300)
+    by_object = make_speed_model(trace, 4, us_per_sample=300)
     for t in (0.0, 0.5, 3.0):
-        assert [sc.speed(w, t) for w in range(4)] == trace.speeds_at(t)
+        assert [by_object.speed(w, t) for w in range(4)] == trace.speeds_at(t)
+        assert [by_name.speed(w, t) for w in range(8)] == trace.speeds_at(t) * 2
+    static = make_speed_model("static", 6, speeds=(1.0, 0.5))
+    assert [static.speed(w, 0.0) for w in range(6)] == [1.0, 0.5] * 3
     r = simulate(ksync.BSP(), quick(scenario=trace), data)
     assert r["pushed"] == 120 and r["scenario"] == trace.summary()
-    with pytest.raises(ValueError, match="has 4 workers, the simulation 8"):
-        make_scenario(trace, 8)
     paused = parse_scenario({"name": "p", "workers": 2, "events": [
         {"action": "pause", "worker": 0, "at_s": 1.0, "duration_s": 1.0}]})
     with pytest.raises(ValueError, match="pause/kill events"):
-        make_scenario(paused, 2)
+        make_speed_model(paused, 2)
+
+
+def test_the_trace_directory_is_the_demos_traces_option(tmp_path):
+    rows = [(1, 1, 100), (1, 11, 50), (2, 1, 200), (2, 11, 200), (3, 1, 200), (3, 11, 200),
+            (5, 1, 200), (5, 11, 200)]
+    (tmp_path / "job_2_norm.csv").write_text(",worker,gpu,time,batch_time_norm\n" + "".join(
+        f"{i},{w},1,{t},{v}\n" for i, (w, t, v) in enumerate(rows)))
+    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")  # no trace columns: ignored
+    sc = make_speed_model("trace", 4, us_per_sample=100, traces=tmp_path)
+    # As the TOML says: workers 1, 2, 3, 5 of job 2, 9.6 ms per time unit, the fastest
+    # median (worker 1: 2 and 4 times the file's median speed) becomes 1.0.
+    assert [sc.speed(w, 0.0) for w in range(4)] == pytest.approx([2 / 3, 1 / 3, 1 / 3, 1 / 3])
+    assert sc.speed(0, 10 * 0.0096 + 1e-9) == pytest.approx(4 / 3)
+    assert sc.compute_time(1, 0.0, 10) == pytest.approx(10 * 100e-6 * 3)
 
 
 def test_bad_input_is_refused_clearly(tmp_path):
-    with pytest.raises(ValueError, match="unknown scenario"):
-        make_scenario("lunar", 4)
+    with pytest.raises(ValueError, match="unknown scenario 'lunar'.*shifted_exp"):
+        make_speed_model("lunar", 4)
     with pytest.raises(ValueError, match="num_workers"):
         Simulation(ksync.ASP(), SimConfig(num_workers=0))
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        make_scenario("trace", 4, traces=tmp_path / "missing")
+    with pytest.raises(ValueError, match="does not exist"):
+        make_speed_model("trace", 4, traces=tmp_path / "missing")
     with pytest.raises(ValueError, match="no CSV"):
-        make_scenario("trace", 4, traces=tmp_path)
+        make_speed_model("trace", 4, traces=tmp_path)
     with pytest.raises(ValueError, match="cluster has only"):
         Simulation(ksync.KSync(k=5), SimConfig(num_workers=4))
-    assert cli.main(["--workers", "0", "--out", str(tmp_path)]) == 2
-    assert cli.main(["--scenario", "trace", "--traces", str(tmp_path / "x"),
+    assert main(["simulate", "--workers", "0", "--out", str(tmp_path)]) == 2
+    assert main(["simulate", "--scenario", "trace", "--traces", str(tmp_path / "x"),
                      "--out", str(tmp_path)]) == 2
 
 
-def test_cli_writes_harness_shaped_results_and_plots(tmp_path):
-    code = cli.main(["--workers", "6", "--policies", "bsp,ksync:k=3", "--seeds", "2",
-                     "--max-pushes", "60", "--eval-every", "30", "--out", str(tmp_path)])
+def test_cli_writes_the_demos_report_from_run_results(tmp_path, capsys):
+    code = main(["simulate", "--workers", "6", "--policies", "bsp,ksync:k=3", "--seeds", "2",
+                 "--max-pushes", "60", "--eval-every", "30", "--out", str(tmp_path)])
     assert code == 0
     out = json.loads((tmp_path / "results.json").read_text())
-    assert len(out["results"]) == 4 and len(out["summary"]) == 2
-    harness_keys = {"policy", "tta_s", "final_accuracy", "wall_s", "samples_per_s",
-                    "staleness_p50", "staleness_p95", "pushed", "applied", "dropped",
-                    "pending", "version", "rule", "k_history", "worker_pushes", "curve"}
-    for r in out["results"]:
-        assert harness_keys <= set(r)
+    runs = [r for p in out["policies"] for r in p["per_seed"]]
+    assert len(runs) == 4 and len(out["policies"]) == 2
+    assert {p["runs"] for p in out["policies"]} == {2}
+    for r in runs:
+        assert RunResult.from_dict(r).as_dict() == r  # exactly the schema's fields
+        assert r["simulated"] and r["schema"] == SCHEMA_VERSION
         assert set(r["curve"][0]) == {"wall_s", "pushes", "version", "loss", "accuracy"}
-    assert (tmp_path / "accuracy.png").stat().st_size > 0
-    assert (tmp_path / "staleness.png").stat().st_size > 0
+    for name in ("report.md", "curves.csv", "accuracy.png", "staleness.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "TTA/BSP" in capsys.readouterr().out

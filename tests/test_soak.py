@@ -2,7 +2,8 @@
 
 import pytest
 
-from cluster_sim.soak import fault_events, main, plateau_accuracy
+from cluster_sim.__main__ import main
+from cluster_sim.cli.soak import fault_events, plateau_accuracy
 
 
 def test_fault_schedule_pauses_each_worker_then_kills_each():
@@ -24,5 +25,5 @@ def test_plateau_accuracy_averages_the_last_evaluations():
 
 
 def test_bad_arguments_exit_2_naming_the_option(capsys):
-    assert main(["--last-evals", "0"]) == 2
+    assert main(["soak", "--last-evals", "0"]) == 2
     assert "--last-evals must be >= 1" in capsys.readouterr().err

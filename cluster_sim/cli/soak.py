@@ -12,16 +12,17 @@ evaluations: one evaluation is on 360 test images, where a single image is 0.28 
 and two evaluations of the same plateau differ by a point or more.
 
 ```
-python -m cluster_sim.soak --minutes 30 --traces ../shared/traces/alibaba_pai --out runs/soak
+python -m cluster_sim soak --minutes 30 --traces ../shared/traces/alibaba_pai --out runs/soak
 ```
 """
 
 import argparse
 import gc
 import json
-import os
 import pathlib
 import sys
+
+from cluster_sim.cli import prepare_tensorflow
 
 
 def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: float,
@@ -65,8 +66,7 @@ def plateau_accuracy(result: dict, last: int) -> float:
     return round(sum(points) / len(points), 6)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim.soak", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--fault-every-s", type=float, default=180.0)
     parser.add_argument("--pause-s", type=float, default=30.0)
@@ -80,15 +80,16 @@ def main(argv=None) -> int:
                         help="evaluations averaged for each run's accuracy (default 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/soak")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def run(args) -> int:
+    prepare_tensorflow()
 
     import dataclasses
 
     from tqdm import tqdm
 
-    from cluster_sim.harness import Arm, run_arm
+    from cluster_sim.harness.run import Arm, run_arm
     from cluster_sim.local_cluster import LocalCluster
     from cluster_sim.netns import isolate_loopback
     from cluster_sim.scenarios import load_scenario, parse_scenario
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     isolate_loopback()
     results = {}
     with LocalCluster(num_workers=base.num_workers) as cluster:
-        def run(label, scenario, total):
+        def train(label, scenario, total):
             with tqdm(total=total, desc=f"{label:>12}", unit="push") as bar:
                 def progress(pushes, accuracy):
                     bar.update(pushes - bar.n)
@@ -122,9 +123,9 @@ def main(argv=None) -> int:
                                          progress=progress)
 
         # The faulted run lasts its minutes; the undisturbed one makes as many pushes.
-        run("faulted", soak, None)
+        train("faulted", soak, None)
         pushes = results["faulted"]["pushed"]
-        run("undisturbed", dataclasses.replace(soak, name=base.name, events=(),
+        train("undisturbed", dataclasses.replace(soak, name=base.name, events=(),
                                                time_budget_s=10 * duration,
                                                max_pushes=pushes), pushes)
         gc.collect()  # release remote functions while the servers still answer
@@ -158,6 +159,3 @@ def main(argv=None) -> int:
           f"counters {'consistent' if ok_counters else 'INCONSISTENT'}; {out / 'soak.json'}")
     return 0 if ok_counters and loss <= args.tolerance else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

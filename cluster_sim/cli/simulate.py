@@ -1,24 +1,24 @@
-"""`python -m cluster_sim.simulate`: the same policies on hundreds of simulated workers.
+"""`python -m cluster_sim simulate`: the same policies on hundreds of simulated workers.
 
-A discrete-event simulator (`cluster_sim.sim_engine`): simulated clock, worker step
-times from a scenario (static speeds, Alibaba-PAI-format traces, shifted-exponential or
-Gaussian-mixture stragglers), network time from bandwidth and model size, and real
-gradients of the digits MLP computed in event order, under the very `ksync` policy and
-`ksync.UpdateState` objects the strategy uses. Deterministic for a seed. Writes
-results.json (the harness's per-policy results, one entry per seed, plus medians) and
-accuracy / staleness plots.
+A discrete-event simulator (`cluster_sim.sim.engine`): simulated clock, worker step
+times from a scenario (the demo's scenarios, tiled over the simulated workers, or
+shifted-exponential or Gaussian-mixture stragglers; `cluster_sim.sim.speeds`), network
+time from bandwidth and model size, and real gradients of the digits MLP computed in
+event order, under the very `ksync` policy and `ksync.UpdateState` objects the strategy
+uses. Deterministic for a seed. Writes the same report as the demo
+(`cluster_sim.report.write_report`: results.json, curves.csv, report.md, plots).
 
 Example:
 
 ```
-python -m cluster_sim.simulate --workers 64 --scenario trace \\
+python -m cluster_sim simulate --workers 64 --scenario trace \\
     --traces ../shared/traces/alibaba_pai --policies bsp,asp,adaptive --seeds 3 --out runs/sim
 ```
 
 or from Python:
 
 >>> import ksync
->>> from cluster_sim.simulate import SimConfig, simulate
+>>> from cluster_sim.cli.simulate import SimConfig, simulate
 >>> r = simulate(ksync.KSync(k=2), SimConfig(num_workers=4, max_pushes=60))
 >>> r["applied"] + r["dropped"] + r["pending"] == r["pushed"] == 60
 True
@@ -26,21 +26,18 @@ True
 
 import argparse
 import dataclasses
-import json
 import pathlib
 import sys
 import time
 
 import ksync
-from cluster_sim.sim_engine import SimConfig, Simulation, simulate
-from cluster_sim.sim_workers import SCENARIOS
+from cluster_sim.report import format_table, write_report
+from cluster_sim.sim.engine import SimConfig, Simulation, simulate
+from cluster_sim.sim.speeds import SYNTHETIC
 
-__all__ = ["SimConfig", "Simulation", "simulate", "run_policies", "summarise", "main"]
+__all__ = ["SimConfig", "Simulation", "simulate", "run_policies", "main"]
 
 DEFAULT_POLICIES = "bsp,asp,adaptive"
-
-
-parse_policy = ksync.parse
 
 
 def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=True,
@@ -56,7 +53,7 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=T
         run_config = dataclasses.replace(config, seed=seed)
         run_data = data or digits(seed=seed)
         for spec in policy_specs:
-            policy = parse_policy(spec) if isinstance(spec, str) else spec
+            policy = ksync.parse(spec) if isinstance(spec, str) else spec
             sim = Simulation(policy, run_config, run_data,
                              allocator=allocator_factory() if allocator_factory else None)
             bar = _Bar() if progress else None
@@ -96,63 +93,18 @@ class _Bar:
             self.bar = None
 
 
-def summarise(results: list[dict]) -> list[dict]:
-    """Medians over seeds, per policy, of the headline numbers (None where missing)."""
-    from cluster_sim.report import median_of
-    out = []
-    for policy in dict.fromkeys(r["policy"] for r in results):
-        runs = [r for r in results if r["policy"] == policy]
-        row = {"policy": policy, "seeds": len(runs),
-               "reached_target": sum(r["tta_s"] is not None for r in runs)}
-        for key in ("tta_s", "final_accuracy", "samples_per_s", "hardware_efficiency",
-                    "idle_fraction", "staleness_p50", "staleness_p95", "version", "dropped",
-                    "wall_s", "sim_run_s"):
-            row[key] = median_of([r.get(key) for r in runs])
-        out.append(row)
-    return out
-
-
-def format_summary(rows: list[dict]) -> str:
-    header = ("policy", "TTA s", "reached", "final acc", "samples/s", "hw eff", "idle",
-              "stale p95", "updates", "dropped", "run s")
-    fmt = lambda v, f: "-" if v is None else format(v, f)
-    body = [(r["policy"], fmt(r["tta_s"], ".3f"), f"{r['reached_target']}/{r['seeds']}",
-             fmt(r["final_accuracy"], ".3f"), fmt(r["samples_per_s"], ".0f"),
-             fmt(r["hardware_efficiency"], ".2f"), fmt(r["idle_fraction"], ".2f"),
-             fmt(r["staleness_p95"], ".0f"), fmt(r["version"], ".0f"),
-             fmt(r["dropped"], ".0f"), fmt(r["sim_run_s"], ".1f")) for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-def write_results(results, config: SimConfig, out) -> pathlib.Path:
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    path.write_text(json.dumps({"config": dataclasses.asdict(config), "results": results,
-                                "summary": summarise(results)}, indent=1, default=_plain))
-    return path
-
-
-def _plain(value):
-    if hasattr(value, "item"):   # numpy scalars
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = SimConfig()
     parser.add_argument("--workers", type=int, default=d.num_workers,
                         help="simulated workers (default 4)")
-    parser.add_argument("--scenario", default=d.scenario, choices=SCENARIOS)
+    parser.add_argument("--scenario", default=d.scenario,
+                        help="a scenario as in the demo (built-in name or TOML file; its "
+                             "workers are repeated over the simulated ones) or "
+                             f"{' / '.join(SYNTHETIC)} (default {d.scenario})")
     parser.add_argument("--speeds", default="1,1,0.5,0.25",
                         help="static scenario: relative speeds, repeated over the workers")
-    parser.add_argument("--traces", help="trace scenario: a directory of job_*_norm.csv files")
-    parser.add_argument("--trace-time-unit", type=float, default=None,
-                        help="simulated seconds per trace time unit (default: one nominal step)")
+    parser.add_argument("--traces", help="trace scenario: a directory of job_*_norm.csv files "
+                                         "(default: the vendored sample)")
     parser.add_argument("--straggler-mean", type=float, default=d.straggler_mean,
                         help="shifted_exp: mean extra step time as a fraction of the base")
     parser.add_argument("--slow-fraction", type=float, default=d.slow_fraction,
@@ -202,7 +154,7 @@ def config_from_args(args) -> SimConfig:
     max_pushes = args.max_pushes if any(v is not None for v in limits) else 1200
     return SimConfig(
         num_workers=args.workers, scenario=args.scenario, speeds=speeds, traces=args.traces,
-        trace_time_unit_s=args.trace_time_unit, straggler_mean=args.straggler_mean,
+        straggler_mean=args.straggler_mean,
         slow_fraction=args.slow_fraction, slow_mean=args.slow_mean,
         us_per_sample=args.us_per_sample, step_overhead_s=args.step_overhead,
         bandwidth_gbps=args.bandwidth_gbps or None, latency_s=args.latency,
@@ -222,35 +174,22 @@ def run(args) -> int:
         if not specs:
             raise ValueError("--policies names no policy")
         for spec in specs:   # fail before any simulation on a bad name or K
-            parse_policy(spec).rule(config.num_workers)
-        from cluster_sim.sim_workers import make_scenario
-        scenario = make_scenario(config.scenario, config.num_workers, config.us_per_sample,
-                                 speeds=config.speeds, traces=config.traces,
-                                 time_unit_s=config.trace_time_unit_s)
+            ksync.parse(spec).rule(config.num_workers)
+        from cluster_sim.sim.speeds import make_speed_model
+        scenario = make_speed_model(config.scenario, config.num_workers, config.us_per_sample,
+                                    speeds=config.speeds, traces=config.traces)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"simulating {config.num_workers} workers, {scenario.describe()}, policies "
           f"{', '.join(specs)}, {args.seeds} seed(s)", flush=True)
     results = run_policies(specs, config, seeds=args.seeds)
-    path = write_results(results, config, args.out)
-    from cluster_sim.sim_plots import write_plots
-    plots = write_plots(results, args.out, config.target_accuracy)
+    out = pathlib.Path(args.out)
+    summaries = write_report(
+        out, results, title=f"simulated: {scenario.describe()}",
+        meta={"argv": sys.argv, "seeds": args.seeds, "config": dataclasses.asdict(config)})
     print()
-    print(format_summary(summarise(results)))
+    print(format_table(summaries))
     print(f"\nmedians over {args.seeds} seed(s); TTA in simulated seconds to accuracy "
-          f"{config.target_accuracy}; results in {path}; plots "
-          f"{', '.join(str(p) for p in plots)}")
+          f"{config.target_accuracy}; report in {out / 'report.md'}")
     return 0
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim.simulate",
-                                     description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ says ``wait``, as `strategies.coordinator` holds it. Adaptive policies are refre
 measurements are taken, and ``policy.observe`` is called once the version has moved by
 ``refresh_every`` since the previous observation.
 
-Gradients are real (`cluster_sim.sim_model.MLP`), computed in event order from the
+Gradients are real (`cluster_sim.sim.model.MLP`), computed in event order from the
 parameters each worker read. A worker's gradient depends only on the version it read and
 its batch, so the gradients of every worker that read the same version are computed
 together, lazily, just before that version is replaced (or when one is needed).
@@ -28,9 +28,10 @@ import dataclasses
 import numpy as np
 
 import ksync
-from cluster_sim.sim_clock import EventClock
-from cluster_sim.sim_model import MLP
-from cluster_sim.sim_workers import Network, make_scenario
+from cluster_sim.report.results import RunResult
+from cluster_sim.sim.clock import EventClock
+from cluster_sim.sim.model import MLP
+from cluster_sim.sim.speeds import Network, make_speed_model
 from ksync.policies import RECENT_STEPS
 
 _ARRIVE, _APPLY, _READ = 0, 1, 2
@@ -38,7 +39,7 @@ _ARRIVE, _APPLY, _READ = 0, 1, 2
 
 @dataclasses.dataclass(frozen=True)
 class SimConfig:
-    """One simulated run. Training defaults are those of `cluster_sim.harness.RunConfig`.
+    """One simulated run. Training defaults are those of `cluster_sim.harness.run.RunConfig`.
 
     Timing: a step of ``b`` samples on a worker at speed ``s`` computes for
     ``b * us_per_sample / s`` plus framework costs not scaled by speed: ``read_overhead_s``
@@ -54,10 +55,9 @@ class SimConfig:
     """
 
     num_workers: int = 4
-    scenario: object = "static"  # a name of `sim_workers.SCENARIOS`, or a harness Scenario
-    speeds: tuple = (1.0, 1.0, 0.5, 0.25)
-    traces: str | None = None
-    trace_time_unit_s: float | None = None
+    scenario: object = "static"  # a scenario name, TOML path or Scenario, or a SYNTHETIC model
+    speeds: tuple = (1.0, 1.0, 0.5, 0.25)  # the speeds of "static", repeated over the workers
+    traces: str | None = None  # the trace directory of a trace scenario
     straggler_mean: float = 0.5
     slow_fraction: float = 0.1
     slow_mean: float = 4.0
@@ -151,9 +151,9 @@ class Simulation:
         if not isinstance(self.policy, ksync.Policy):
             raise TypeError(f"policy must be a ksync.Policy or a name, got {policy!r}")
         n = c.num_workers
-        self.scenario = make_scenario(
+        self.scenario = make_speed_model(
             c.scenario, n, c.us_per_sample, seed=c.seed, speeds=c.speeds, traces=c.traces,
-            time_unit_s=c.trace_time_unit_s, straggler_mean=c.straggler_mean,
+            straggler_mean=c.straggler_mean,
             slow_fraction=c.slow_fraction, slow_mean=c.slow_mean)
         if data is None:
             from cluster_sim.workloads import digits
@@ -169,6 +169,9 @@ class Simulation:
             self.batch_sizes = allocator.equal_sizes(n)
         else:
             self.batch_sizes = [c.batch_size] * n
+        # {"wall_s", "sizes"} whenever the allocation changes (none without an allocator).
+        self.sizes_over_time = ([{"wall_s": 0.0, "sizes": list(map(int, self.batch_sizes))}]
+                                if allocator is not None else [])
         self.clock = EventClock()
         self.stream = _BatchStream(len(data.x_train), n, c.seed, c.same_batch_order)
         self.record_batches = record_batches
@@ -290,6 +293,9 @@ class Simulation:
             self._refresh()
         if self.allocator is not None:
             self._reallocate(pushes)
+            sizes = list(map(int, self.batch_sizes))
+            if sizes != self.sizes_over_time[-1]["sizes"]:
+                self.sizes_over_time.append({"wall_s": float(self.clock.now), "sizes": sizes})
         if not c.chunk_pushes and pushes % c.eval_every == 0:
             self._evaluate()
         if state.may_start(w):
@@ -398,9 +404,9 @@ class Simulation:
         return self.summary()
 
     def summary(self) -> dict:
-        """The harness's result dict (`cluster_sim.harness.run_arm`), plus
-        ``hardware_efficiency``, ``idle_fraction``, ``staleness_histogram`` and
-        ``simulated: True``."""
+        """The run as a `cluster_sim.report.RunResult` dict, as the harness's
+        (`cluster_sim.harness.run.run_arm`), with ``simulated: True`` and the speed
+        model as ``scenario``."""
         s, wall = self.state, float(self.clock.now)
         samples = float(self.worker_samples.sum())
         hist = np.bincount(np.asarray(self.staleness, np.int64).clip(0)) if self.staleness \
@@ -410,29 +416,22 @@ class Simulation:
         # time it spent computing and communicating them.
         standalone = float(np.sum(self.worker_samples[busy > 0] / busy[busy > 0]))
         rate = samples / wall if wall > 0 else None
-        return {
-            "policy": repr(self.policy),
-            "tta_s": self.tta,
-            "final_accuracy": self.curve[-1]["accuracy"],
-            "wall_s": wall,
-            "samples_per_s": rate,
-            "hardware_efficiency": rate / standalone if rate and standalone else None,
-            "idle_fraction": float(1.0 - busy.sum() / (wall * len(busy))) if wall > 0 else None,
-            "staleness_p50": _quantile(hist, 0.5),
-            "staleness_p95": _quantile(hist, 0.95),
-            "staleness_histogram": hist.tolist(),
-            "pushed": s.pushed, "applied": s.applied, "dropped": s.dropped,
-            "pending": s.pending, "version": s.version,
-            "rule": self.rule.describe(),
-            "k_history": [{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
-                           "reason": why} for v, r, why in self.policy.history],
-            "worker_pushes": self.worker_pushes.tolist(),
-            "batch_sizes": list(map(int, self.batch_sizes)),
-            "curve": self.curve,
-            "scenario": self.scenario.describe(),
-            "seed": self.config.seed,
-            "simulated": True,
-        }
+        return RunResult(
+            policy=repr(self.policy), seed=self.config.seed, tta_s=self.tta,
+            final_accuracy=self.curve[-1]["accuracy"], wall_s=wall, samples_per_s=rate,
+            hardware_efficiency=rate / standalone if rate and standalone else None,
+            idle_fraction=float(1.0 - busy.sum() / (wall * len(busy))) if wall > 0 else None,
+            staleness_p50=_quantile(hist, 0.5), staleness_p95=_quantile(hist, 0.95),
+            staleness_histogram=hist.tolist(),
+            pushed=s.pushed, applied=s.applied, dropped=s.dropped, pending=s.pending,
+            version=s.version, rule=self.rule.describe(),
+            k_history=[{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
+                        "reason": why} for v, r, why in self.policy.history],
+            worker_pushes=self.worker_pushes.tolist(),
+            worker_step_times=[float(t / p) if p else None
+                               for t, p in zip(self.worker_time, self.worker_pushes)],
+            batch_sizes=self.sizes_over_time, curve=self.curve,
+            scenario=self.scenario.describe(), simulated=True).as_dict()
 
 
 def _quantile(hist, q):

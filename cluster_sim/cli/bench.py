@@ -1,4 +1,4 @@
-"""Benchmarks (not tests): ``python -m cluster_sim.bench overhead|allocation``.
+"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation``.
 
 ``overhead``: on a homogeneous local cluster (1 PS, 3 workers, no injected delay), the
 steps/s of `KSyncStrategy` with ASP and with Adaptive beside the stock
@@ -18,13 +18,11 @@ the mean of the others'.
 
 import argparse
 import gc
-import os
 import statistics
 import sys
 import time
-import warnings
 
-from cluster_sim.quiet_exit import quiet_exit
+from cluster_sim.cli import prepare_tensorflow
 
 
 def _steps_per_s(cluster, make_strategy, steps, warmup, data):
@@ -48,8 +46,7 @@ def _steps_per_s(cluster, make_strategy, steps, warmup, data):
 
 
 def overhead(args) -> int:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    prepare_tensorflow()
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
     import tensorflow as tf
@@ -96,11 +93,9 @@ def overhead(args) -> int:
 
 
 def allocation(args) -> int:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    from cluster_sim.harness import ARMS, parse_arms, run_arm
-    from cluster_sim.report import _cell, median_of, step_time_spread
+    prepare_tensorflow()
+    from cluster_sim.harness.run import ARMS, RunConfig, parse_arms, run_arm
+    from cluster_sim.report import format_cell, median_of, step_time_spread
     from cluster_sim.scenarios import load_scenario
 
     try:
@@ -113,7 +108,7 @@ def allocation(args) -> int:
                      time_budget_s=float("inf"))
     if args.us_per_sample is not None:
         overrides["us_per_sample"] = args.us_per_sample
-    config = scenario.to_run_config(**overrides)
+    config = RunConfig.from_scenario(scenario, **overrides)
     if args.seeds < 1 or args.pushes < 2 * config.pushes_per_chunk:
         print(f"error: need --seeds >= 1 and --pushes >= {2 * config.pushes_per_chunk} (two "
               f"evaluation chunks: the steady state is the second half)", file=sys.stderr)
@@ -138,9 +133,9 @@ def allocation(args) -> int:
                 row = (step_time_spread(steady), steady["samples_per_s"],
                        steady["hardware_efficiency"], r["hardware_efficiency"], ratio)
                 rows[name].append(row)
-                print(f"seed {seed} {ARMS[name].label:>18}: spread {_cell(row[0], '.2f')}, "
-                      f"{_cell(row[1], '.0f')} samples/s, hw eff {_cell(row[2], '.2f')} "
-                      f"(whole run {_cell(row[3], '.2f')}), sizes {sizes}", flush=True)
+                print(f"seed {seed} {ARMS[name].label:>18}: spread {format_cell(row[0], '.2f')}, "
+                      f"{format_cell(row[1], '.0f')} samples/s, hw eff {format_cell(row[2], '.2f')} "
+                      f"(whole run {format_cell(row[3], '.2f')}), sizes {sizes}", flush=True)
                 gc.collect()
     print(f"\nsteady state (second half of each run), median of {args.seeds} seed(s):")
     print(f"{'arm':>18}  spread  samples/s  vs equal  hw eff  whole-run eff  slow/others batch")
@@ -148,16 +143,15 @@ def allocation(args) -> int:
     for name in names:
         med = [median_of([r[i] for r in rows[name]]) for i in range(5)]
         vs = med[1] / base if med[1] is not None and base else None
-        print(f"{ARMS[name].label:>18}  {_cell(med[0], '.2f'):>6}  {_cell(med[1], '.0f'):>9}  "
-              f"{_cell(vs, '.2f'):>8}  {_cell(med[2], '.2f'):>6}  {_cell(med[3], '.2f'):>13}  "
-              f"{_cell(med[4], '.2f'):>17}")
+        print(f"{ARMS[name].label:>18}  {format_cell(med[0], '.2f'):>6}  {format_cell(med[1], '.0f'):>9}  "
+              f"{format_cell(vs, '.2f'):>8}  {format_cell(med[2], '.2f'):>6}  {format_cell(med[3], '.2f'):>13}  "
+              f"{format_cell(med[4], '.2f'):>17}")
     print(f"('vs equal': samples/s over the first arm's, {ARMS[names[0]].label})")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim.bench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench", required=True)
     p = sub.add_parser("overhead", help="KSyncStrategy against the stock strategy")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--steps", type=int, default=600)
@@ -173,9 +167,7 @@ def main(argv=None) -> int:
     p.add_argument("--pushes", type=int, default=600, help="pushes per run")
     p.add_argument("--us-per-sample", type=float, default=None,
                    help="override the scenario's injected microseconds per sample")
-    args = parser.parse_args(argv)
-    return {"overhead": overhead, "allocation": allocation}[args.command](args)
 
 
-if __name__ == "__main__":
-    quiet_exit(main())
+def run(args) -> int:
+    return {"overhead": overhead, "allocation": allocation}[args.bench](args)

@@ -11,7 +11,7 @@ Slowdowns: an in-graph delay per sample inside each training step
 at the scenario's speeds as training time passes (traces, a co-located job), and which
 applies the scenario's events (pause, kill, restart) to the worker processes. In black-box
 mode (``inject = "sigstop"``) every step has the reference delay and the speeds are
-enforced from outside by a SIGSTOP/SIGCONT duty cycle (`cluster_sim.duty_cycle`).
+enforced from outside by a SIGSTOP/SIGCONT duty cycle (`cluster_sim.harness.signals.DutyCycler`).
 
 Example:
 
@@ -25,15 +25,14 @@ print(result["tta_s"], result["hardware_efficiency"])
 """
 
 import dataclasses
-import threading
 import time
 
 import tf_keras.callbacks as keras_callbacks
 from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
 import ksync
-from cluster_sim.duty_cycle import DutyCycler
-from cluster_sim.signaller import Signaller
+from cluster_sim.harness.player import ScenarioPlayer
+from cluster_sim.report.results import RunResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +51,18 @@ class RunConfig:
     time_budget_s: float = 120.0
     allocate_every: int = 10
     seed: int = 0
+
+    @classmethod
+    def from_scenario(cls, scenario, **overrides) -> "RunConfig":
+        """The run a `cluster_sim.scenarios.Scenario` describes (its speeds at t = 0);
+        ``overrides`` win, and a name that is no field raises TypeError."""
+        values = dict(speeds=tuple(scenario.speeds_at(0.0)),
+                      us_per_sample=scenario.us_per_sample, batch_size=scenario.batch_size,
+                      learning_rate=scenario.learning_rate, momentum=scenario.momentum,
+                      hidden=tuple(scenario.hidden), max_pushes=scenario.max_pushes,
+                      target_accuracy=scenario.target_accuracy,
+                      time_budget_s=scenario.time_budget_s)
+        return cls(**dict(values, **overrides))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,86 +97,8 @@ ARMS = {
 }
 
 
-class _ScenarioPlayer(threading.Thread):
-    """Keeps the in-graph delays (or, with ``inject = "sigstop"``, a `DutyCycler`'s
-    shares of wall time) at the scenario's speeds (on the training clock) and
-    plays its events on the wall clock from the start of the run. Each pause gets its own
-    signaller process, started when the pause is due (so it signals the worker process
-    running then, restarted or not), which also sends the resume: a call blocked on the
-    paused worker can hold this process's GIL. Kills and restarts are done from here."""
-
-    _NAMES = {"SIGSTOP": "pause", "SIGCONT": "resume"}
-
-    def __init__(self, cluster, scenario, clock, slowdown, us_per_sample):
-        super().__init__(daemon=True)
-        self.cluster, self.scenario, self.clock = cluster, scenario, clock
-        self.slowdown, self.us_per_sample = slowdown, us_per_sample
-        self.stop = threading.Event()
-        self.applied = []  # (seconds into the run, worker, action)
-        self.error = None
-        self._signallers = []  # (seconds into the run, worker, Signaller)
-        self._cycler = None
-        if scenario.inject == "sigstop":
-            # Every worker computes at the reference speed; the duty cycle slows it.
-            slowdown.set_speeds([1.0] * scenario.num_workers, us_per_sample)
-            self._cycler = DutyCycler([cluster.pid("worker", w)
-                                       for w in range(scenario.num_workers)])
-        self._speeds = scenario.speeds_at(0.0)
-        self._set_speeds(self._speeds)
-        self._t0 = time.monotonic()
-
-    def _set_speeds(self, speeds):
-        if self._cycler is not None:
-            self._cycler.set_speeds(speeds)
-        else:
-            self.slowdown.set_speeds(speeds, self.us_per_sample)
-
-    def run(self):
-        speeds = self._speeds
-        events = list(self.scenario.events)
-        try:
-            while not self.stop.wait(0.1):
-                now_speeds = self.scenario.speeds_at(self.clock())
-                if now_speeds != speeds:
-                    speeds = now_speeds
-                    self._set_speeds(speeds)
-                now = time.monotonic() - self._t0
-                while events and events[0].at_s <= now:
-                    self._play(events.pop(0), events, now)
-        except Exception as err:  # pylint: disable=broad-except
-            self.error = err  # raised by finish(), in the training thread
-
-    def _play(self, event, later, now):
-        w = event.worker
-        if event.action == "pause":
-            resume = next(e.at_s for e in later if e.worker == w and e.action == "resume")
-            pid = self.cluster.pid("worker", w)
-            self._signallers.append((now, w, Signaller(
-                [(0.0, pid, "SIGSTOP"), (max(0.0, resume - now), pid, "SIGCONT")])))
-        elif event.action == "kill":
-            self.cluster.kill("worker", w)
-            self.applied.append((round(now, 2), w, "kill"))
-        elif event.action == "restart":
-            self.cluster.restart("worker", w)
-            self.applied.append((round(now, 2), w, "restart"))
-        # "resume" is sent by its pause's signaller.
-
-    def finish(self):
-        self.stop.set()
-        self.join()
-        if self._cycler is not None:
-            self._cycler.close()
-        for started, w, signaller in self._signallers:
-            for at_s, _pgid, name in signaller.finish():
-                self.applied.append((round(started + at_s, 2), w, self._NAMES[name]))
-        self.applied.sort()
-        for w in range(self.cluster.num_workers):  # leave every worker running
-            self.cluster.resume("worker", w)
-            if not self.cluster.running("worker", w):
-                self.cluster.restart("worker", w)
-        if self.error is not None:
-            raise RuntimeError(f"scenario {self.scenario.name!r}: playing its events failed: "
-                               f"{self.error}") from self.error
+#: How often `run_arm` starts `fit` again after a transient TensorFlow input error.
+_FIT_RETRIES = 3
 
 
 def parse_arms(text: str) -> list[str]:
@@ -184,7 +117,8 @@ def parse_arms(text: str) -> list[str]:
 
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             config: RunConfig | None = None, data=None, progress=None) -> dict:
-    """Train the scenario's MLP on digits under ``arm``; measurements as a plain dict.
+    """Train the scenario's MLP on digits under ``arm``; the measurements as a
+    `cluster_sim.report.RunResult` dict.
     ``config`` defaults to the scenario's; ``seed`` to the config's."""
     import predictor
     import tf_keras as keras
@@ -194,7 +128,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     from strategies import KSyncStrategy
     from strategies.checkpoint import stop_coordinator
 
-    config = config or scenario.to_run_config()
+    config = config or RunConfig.from_scenario(scenario)
     seed = config.seed if seed is None else seed
     n = scenario.num_workers
     if n != cluster.num_workers:
@@ -217,8 +151,8 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                 slowdown=slowdown),
             keras.optimizers.SGD(config.learning_rate, momentum=config.momentum))
     recorder = _Recorder(strategy, config, bool(arm.allocation), progress)
-    events = _ScenarioPlayer(cluster, scenario, recorder.clock, slowdown,
-                             config.us_per_sample)
+    events = ScenarioPlayer(cluster, scenario, recorder.clock, slowdown,
+                            config.us_per_sample)
     epochs = -(-config.max_pushes // config.pushes_per_chunk)
     events.start()
     try:
@@ -248,10 +182,6 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     # report every failed attempt to reach it.
     stop_coordinator(strategy)
     return result
-
-
-#: How often `run_arm` starts `fit` again after a transient TensorFlow input error.
-_FIT_RETRIES = 3
 
 
 class _Recorder(keras_callbacks.Callback):
@@ -324,7 +254,7 @@ def window_metrics(start: dict, end: dict) -> dict:
     >>> m = window_metrics({"wall_s": 0, "workers": [w(0, 0, 0), w(0, 0, 0)]},
     ...                    {"wall_s": 2, "workers": [w(10, 100, 1.0), w(5, 50, 2.0)]})
     >>> m["samples_per_s"], m["hardware_efficiency"], m["worker_step_times"]
-    (75.0, 0.5, [0.1, 0.4])
+    (75.0, 0.6, [0.1, 0.4])
     """
     wall = end["wall_s"] - start["wall_s"]
     deltas = [{k: b[k] - a[k] for k in ("pushes", "samples", "busy_s")}
@@ -349,21 +279,18 @@ def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied, fit_error
     # The second half of the run: after warm-up, profiling and the first allocations.
     steady = (window_metrics(curve[len(curve) // 2 - 1], curve[-1]) if len(curve) >= 2
               else None)
-    return {
-        "policy": arm.label, "seed": seed, "tta_s": tta,
-        "final_accuracy": curve[-1]["accuracy"], "wall_s": curve[-1]["wall_s"],
-        "samples_per_s": whole["samples_per_s"],
-        "hardware_efficiency": whole["hardware_efficiency"],
-        "idle_fraction": whole["idle_fraction"], "steady": steady,
-        "staleness_p50": t["staleness_p50"], "staleness_p95": t["staleness_p95"],
-        "staleness_histogram": t["staleness_histogram"],
-        "pushed": t["pushed"], "applied": t["applied"], "dropped": t["dropped"],
-        "pending": t["pending"], "version": t["version"], "retried": t["retried"],
-        "rule": t["rule"], "k_history": t["k_history"],
-        "worker_pushes": [w["pushes"] for w in t["workers"]],
-        "worker_step_times": [w["step_time"] for w in t["workers"]],
-        "worker_compute_times": [w["compute_time"] for w in t["workers"]],
-        "batch_sizes": sizes_over_time, "events": events_applied,
-        "fit_errors": fit_errors, "curve": curve,
-    }
-
+    return RunResult(
+        policy=arm.label, seed=seed, tta_s=tta, final_accuracy=curve[-1]["accuracy"],
+        wall_s=curve[-1]["wall_s"], samples_per_s=whole["samples_per_s"],
+        hardware_efficiency=whole["hardware_efficiency"],
+        idle_fraction=whole["idle_fraction"], steady=steady,
+        staleness_p50=t["staleness_p50"], staleness_p95=t["staleness_p95"],
+        staleness_histogram=t["staleness_histogram"],
+        pushed=t["pushed"], applied=t["applied"], dropped=t["dropped"],
+        pending=t["pending"], version=t["version"], retried=t["retried"],
+        rule=t["rule"], k_history=t["k_history"],
+        worker_pushes=[w["pushes"] for w in t["workers"]],
+        worker_step_times=[w["step_time"] for w in t["workers"]],
+        worker_compute_times=[w["compute_time"] for w in t["workers"]],
+        batch_sizes=sizes_over_time, events=events_applied, fit_errors=fit_errors,
+        curve=curve).as_dict()

@@ -9,10 +9,10 @@ curves.csv, report.md and plots to the output directory; prints the table.
 import argparse
 import dataclasses
 import gc
-import os
-import warnings
 import pathlib
 import sys
+
+from cluster_sim.cli import prepare_tensorflow
 
 DEFAULT_ARMS = "bsp,asp,adaptive,adaptive+alloc"
 
@@ -35,10 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    from cluster_sim.harness import ARMS, parse_arms, run_arm
+    prepare_tensorflow()
+    from cluster_sim.harness.run import ARMS, RunConfig, parse_arms, run_arm
     from cluster_sim.scenarios import load_scenario
 
     try:
@@ -59,7 +57,7 @@ def run(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     overrides = {"max_pushes": args.max_pushes} if args.max_pushes else {}
-    config = scenario.to_run_config(**overrides)
+    config = RunConfig.from_scenario(scenario, **overrides)
 
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
@@ -92,8 +90,3 @@ def run(args) -> int:
     print(f"\ntarget accuracy {config.target_accuracy}; report in {out / 'report.md'}")
     return 0
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim demo", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -1,7 +1,9 @@
 """Turn per-policy run results into a report directory: JSON, CSV, Markdown and plots.
 
-Input is a list of result dicts as returned by `cluster_sim.harness.run_arm` (and the
-discrete-event simulator), any number of seeds per policy. `write_report` writes:
+Input is a list of run results (`cluster_sim.report.results.RunResult` dicts) from the
+real harness (`cluster_sim.harness.run.run_arm`), the simulator
+(`cluster_sim.sim.Simulation.run`) or the calibration, any number of seeds per policy.
+`write_report` writes:
 
 * ``results.json``: per policy, medians over seeds plus every seed's raw result;
 * ``curves.csv``: one row per evaluation point (policy, seed, wall_s, pushes, version,
@@ -18,8 +20,8 @@ i.e. when at least half the seeds (strictly more than half for an odd count) mis
 a reported TTA is one that most seeds achieved, and ``tta_reached`` says how many did.
 Other metrics are plain medians over the seeds that report them.
 
-Rebuild a report from a run's results.json (e.g. after changing the plots):
-``python -m cluster_sim.report runs/static``.
+Rebuild a report from a run's results.json (e.g. after changing the plots), whoever
+wrote it: ``python -m cluster_sim report runs/static`` (a directory or the file itself).
 
 Example:
 
@@ -33,6 +35,7 @@ print(report.format_table(summary))
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import pathlib
@@ -40,39 +43,21 @@ import sys
 
 import numpy as np
 
-__all__ = ["summarise", "write_report", "load_results", "main", "format_table", "markdown_table", "median_tta", "median_of",
-           "step_time_spread", "TTA_DEFINITION", "REQUIRED_KEYS"]
+from cluster_sim.report.results import TTA_DEFINITION, RunResult, median_of, median_tta
+from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
 
-REQUIRED_KEYS = ("policy", "tta_s", "final_accuracy", "wall_s", "samples_per_s",
-                 "staleness_p50", "staleness_p95", "curve")
+__all__ = ["summarise", "write_report", "load_results", "main", "format_table",
+           "markdown_table", "step_time_spread", "version_to_wall", "REQUIRED_KEYS"]
+
+# The fields of `RunResult` without a default.
+REQUIRED_KEYS = tuple(f.name for f in dataclasses.fields(RunResult)
+                      if f.default is dataclasses.MISSING
+                      and f.default_factory is dataclasses.MISSING and f.name != "seed")
 MEDIAN_KEYS = ("final_accuracy", "samples_per_s", "hardware_efficiency", "idle_fraction",
-               "staleness_p50", "staleness_p95", "wall_s")
+               "staleness_p50", "staleness_p95", "wall_s", "version", "dropped")
 CURVE_FIELDS = ("wall_s", "pushes", "version", "loss", "accuracy")
-TTA_DEFINITION = ("tta_s is the median over seeds of the time to target accuracy, a seed "
-                  "that never reached the target counting as infinite; it is null when that "
-                  "median is infinite (at least half the seeds missed, more than half for an "
-                  "odd count). tta_reached counts the seeds that reached it.")
 # Baselines the table reports TTA ratios against, matched on the policy's class name.
 BASELINES = ("BSP", "ASP")
-
-
-def median_tta(values) -> float | None:
-    """Median of per-seed TTAs with ``None`` (not reached) as +infinity; None if infinite.
-
-    >>> median_tta([10.0, None, 30.0]), median_tta([10.0, None]), median_tta([None])
-    (30.0, None, None)
-    """
-    finite = [math.inf if v is None else float(v) for v in values]
-    if not finite:
-        return None
-    m = float(np.median(finite))
-    return m if math.isfinite(m) else None
-
-
-def median_of(values) -> float | None:
-    """Median of the finite values that are not None (None if there are none)."""
-    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    return float(np.median(values)) if values else None
 
 
 def _validate(results) -> None:
@@ -157,21 +142,19 @@ def step_time_spread(run) -> float | None:
     return max(times) / min(times) if times else None
 
 
-def _cell(value, fmt) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def _table(summaries) -> tuple[list[str], list[list[str]]]:
     """Header and string rows shared by the terminal and Markdown tables."""
     header = ["policy", "seeds", "TTA s", "reached", "TTA/BSP", "TTA/ASP", "final acc",
-              "samples/s", "hw eff", "idle", "step spread", "stale p50", "stale p95"]
-    rows = [[s["policy"], str(s["runs"]), _cell(s["tta_s"], ".1f"),
-             f"{s['tta_reached']}/{s['runs']}", _cell(s["tta_vs_bsp"], ".2f"),
-             _cell(s["tta_vs_asp"], ".2f"), _cell(s["final_accuracy"], ".3f"),
-             _cell(s["samples_per_s"], ".0f"), _cell(s["hardware_efficiency"], ".2f"),
-             _cell(s["idle_fraction"], ".2f"), _cell(s["step_time_spread"], ".2f"),
-             _cell(s["staleness_p50"], "g"),
-             _cell(s["staleness_p95"], "g")] for s in summaries]
+              "samples/s", "hw eff", "idle", "step spread", "stale p50", "stale p95",
+              "updates", "dropped"]
+    rows = [[s["policy"], str(s["runs"]), format_cell(s["tta_s"], ".1f"),
+             f"{s['tta_reached']}/{s['runs']}", format_cell(s["tta_vs_bsp"], ".2f"),
+             format_cell(s["tta_vs_asp"], ".2f"), format_cell(s["final_accuracy"], ".3f"),
+             format_cell(s["samples_per_s"], ".0f"), format_cell(s["hardware_efficiency"], ".2f"),
+             format_cell(s["idle_fraction"], ".2f"), format_cell(s["step_time_spread"], ".2f"),
+             format_cell(s["staleness_p50"], "g"),
+             format_cell(s["staleness_p95"], "g"), format_cell(s["version"], ".0f"),
+             format_cell(s["dropped"], ".0f")] for s in summaries]
     return header, rows
 
 
@@ -185,18 +168,12 @@ def format_table(results_or_summaries) -> str:
 
     Takes raw results or `summarise` output.
     """
-    header, rows = _table(_summaries(results_or_summaries))
-    widths = [max(len(c) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    return text_table(*_table(_summaries(results_or_summaries)))
 
 
 def markdown_table(results_or_summaries) -> str:
     """The same table in Markdown."""
-    header, rows = _table(_summaries(results_or_summaries))
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(out)
+    return markdown_table_rows(*_table(_summaries(results_or_summaries)))
 
 
 def _json_safe(value):
@@ -336,8 +313,13 @@ def _plot_curves(path, summaries, key, label) -> None:
     _policy_plot(path, summaries, draw, "training wall time (s)", label)
 
 
-def _version_to_wall(run):
-    """Map update versions to wall time by interpolating the run's evaluation curve."""
+def version_to_wall(run):
+    """A function from update version to wall time, interpolating the run's evaluation
+    curve (from version 0 at time 0).
+
+    >>> version_to_wall({"curve": [{"wall_s": 2.0, "version": 10}]})(5)
+    1.0
+    """
     pts = [(0.0, 0.0)] + [(float(p["version"]), float(p["wall_s"])) for p in run["curve"]
                           if p.get("version") is not None]
     versions, walls = zip(*sorted(pts))
@@ -350,7 +332,7 @@ def _plot_k(path, summaries) -> None:
             history = run.get("k_history") or []
             if not history:
                 continue
-            to_wall = _version_to_wall(run)
+            to_wall = version_to_wall(run)
             x = [to_wall(h["version"]) for h in history]
             y = [h["k"] for h in history]
             # K holds until the next change, and until the run ends.
@@ -405,36 +387,74 @@ def _plot_batches(path, summaries) -> None:
     _save(fig, path)
 
 
-def load_results(run_dir) -> tuple[list[dict], dict]:
-    """The raw per-seed results and the header of a results.json written by `write_report`."""
-    path = pathlib.Path(run_dir) / "results.json"
+def load_results(path) -> tuple[list[dict], dict]:
+    """The raw per-seed results and the header of a results file, and the directory
+    it is in.
+
+    ``path`` is a run directory holding ``results.json`` or a JSON file: a report's
+    results.json (`write_report`), a plain list of run results, or a dict whose
+    ``"results"`` is such a list or maps scenario names to such lists (the calibration's
+    real.json). Results written before `RunResult` existed are read too (the simulator's
+    final ``batch_sizes`` as a list of ints becomes one ``{"wall_s", "sizes"}`` entry).
+    """
+    path = pathlib.Path(path)
+    if path.is_dir():
+        path = path / "results.json"
     try:
         data = json.loads(path.read_text())
-        runs = [r for p in data["policies"] for r in p["per_seed"]]
+        header = {}
+        if isinstance(data, dict) and "policies" in data:
+            runs = [r for p in data["policies"] for r in p["per_seed"]]
+            header = {k: v for k, v in data.items() if k != "policies"}
+        else:
+            runs = data.get("results") if isinstance(data, dict) else data
+            if isinstance(runs, dict):  # per scenario
+                runs = [r for group in runs.values() for r in group]
+            if not isinstance(runs, list):
+                raise KeyError("policies")
+        runs = [_upgrade(r) for r in runs]
     except FileNotFoundError:
-        raise ValueError(f"no results.json in {str(run_dir)!r}") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"no results.json in {str(path.parent)!r}") from None
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{path}: not a results.json from cluster_sim.report "
                          f"({type(err).__name__}: {err})") from None
-    return runs, {k: v for k, v in data.items() if k != "policies"}
+    return runs, header
+
+
+def _upgrade(run: dict) -> dict:
+    sizes = run.get("batch_sizes")
+    if sizes and not isinstance(sizes[0], dict):
+        run = dict(run, batch_sizes=[{"wall_s": run.get("wall_s") or 0.0, "sizes": sizes}])
+    return run
 
 
 def main(argv=None) -> int:
-    """``python -m cluster_sim.report RUN_DIR``: rewrite a run's report from results.json."""
+    """``python -m cluster_sim report PATH``: rewrite a report from a results file (or a
+    run directory holding results.json) in the file's directory."""
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim.report",
+    parser = argparse.ArgumentParser(prog="python -m cluster_sim report",
                                      description=main.__doc__)
-    parser.add_argument("run_dir")
-    args = parser.parse_args(argv)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run_dir", metavar="PATH",
+                        help="a results.json (harness, simulator or calibration) or its directory")
+
+
+def run(args) -> int:
+    path = pathlib.Path(args.run_dir)
+    out = path if path.is_dir() else path.parent
     try:
-        runs, header = load_results(args.run_dir)
-        summaries = write_report(args.run_dir, runs, title=header.get("title"),
+        runs, header = load_results(path)
+        summaries = write_report(out, runs, title=header.get("title"),
                                  scenario=header.get("scenario"), meta=header.get("meta"))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(format_table(summaries))
-    print(f"\nreport: {pathlib.Path(args.run_dir) / 'report.md'}")
+    print(f"\nreport: {out / 'report.md'}")
     return 0
 
 

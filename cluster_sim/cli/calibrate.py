@@ -1,4 +1,4 @@
-"""`python -m cluster_sim.sim_calibrate`: the simulator beside the real harness, per policy.
+"""`python -m cluster_sim calibrate`: the simulator beside the real harness, per policy.
 
 1. Probe: on a real `LocalCluster` (1 PS, 4 workers) run the harness on the
    `homogeneous` scenario under ASP and under BSP with epochs of two lengths, each
@@ -7,13 +7,14 @@
    included (``chunk_overhead_s``), the per-step cost before the parameters are read
    (``read_overhead_s``) and after (``step_overhead_s``), and the extra delay of a worker
    released by the k-sync gate (``gate_latency_s``).
-2. Real: `cluster_sim.harness.run_arm` for each policy and seed on each scenario
+2. Real: `cluster_sim.harness.run.run_arm` for each policy and seed on each scenario
    (default: the built-in `static` and `trace` scenarios, 4 workers).
-3. Simulated: the same scenarios (`sim_workers.HarnessScenario`: the same speeds over
-   time), policies and training config, in the harness's epochs, with the probed costs;
-   then the error table per scenario: medians over seeds on both sides, and the timing
-   error alone (``t@v``: simulated over real time to the update count at which the real
-   run reached the target, paired by seed).
+3. Simulated: the same scenarios (`cluster_sim.sim.speeds.ScenarioSpeeds`: the same
+   speeds over time), policies and training config, in the harness's epochs, with the
+   probed costs; then the error table per scenario: medians over seeds on both sides, and
+   the timing error alone (``t@v``: simulated over real time to the update count at which
+   the real run reached the target, paired by seed). Both sides' runs are also written as
+   reports (``OUT/<scenario>/real`` and ``OUT/<scenario>/simulated``), as the demo's.
 
 The probe runs homogeneous speeds and the comparison heterogeneous ones, so the table
 checks the simulator on runs it was not fitted to.
@@ -21,21 +22,25 @@ checks the simulator on runs it was not fitted to.
 Example:
 
 ```
-python -m cluster_sim.sim_calibrate --traces ../shared/traces/alibaba_pai --out runs/calibration
-python -m cluster_sim.sim_calibrate --reuse runs/calibration   # simulate again only
+python -m cluster_sim calibrate --traces ../shared/traces/alibaba_pai --out runs/calibration
+python -m cluster_sim calibrate --reuse runs/calibration   # simulate again only
 ```
 """
 
 import argparse
-import dataclasses
 import json
-import os
 import pathlib
 import statistics
 import sys
 import time
 
-from cluster_sim.simulate import SimConfig, parse_policy, run_policies, summarise
+import ksync
+from cluster_sim.cli import prepare_tensorflow
+from cluster_sim.cli.simulate import run_policies
+from cluster_sim.sim import SimConfig
+from cluster_sim.report import (format_cell, median_of, median_tta, text_table, version_to_wall,
+                                write_report)
+from cluster_sim.scenarios import load_scenario
 
 PROBE_WORKERS = 4  # the real cluster of the probe and the comparison
 PROBE_EPOCHS = (20, 100)  # pushes per epoch of the two probe runs
@@ -47,14 +52,14 @@ def probe(cluster, run_arm, scenario, repeats: int = 3) -> dict:
     measured with ``run_arm`` on the homogeneous ``scenario``. Each of ASP and BSP runs
     ``repeats`` times at each epoch length, interleaved; the costs come from the median
     epoch time over all timed epochs, so one disturbed run does not set them."""
-    from cluster_sim.harness import Arm
+    from cluster_sim.harness.run import Arm, RunConfig
     raw = {name: {"epoch_s": {p: [] for p in PROBE_EPOCHS}, "iteration_time_s": []}
            for name in ("asp", "bsp")}
     for _ in range(repeats):
         for name in ("asp", "bsp"):
             for pushes in PROBE_EPOCHS:
-                config = scenario.to_run_config(
-                    pushes_per_chunk=pushes, target_accuracy=2.0, time_budget_s=1e9,
+                config = RunConfig.from_scenario(
+                    scenario, pushes_per_chunk=pushes, target_accuracy=2.0, time_budget_s=1e9,
                     max_pushes=pushes * (1 + PROBE_EPOCHS_TIMED))
                 r = run_arm(cluster, Arm(name, name), scenario, config=config)
                 walls = [0.0] + [c["wall_s"] for c in r["curve"]]
@@ -122,13 +127,11 @@ def sim_config(costs: dict, scenario, run_config) -> SimConfig:
 def run_real(specs, scenarios, seeds, out, probe_repeats=3) -> tuple[dict, dict]:
     """Probe, then every (scenario, seed, policy) on the real cluster; also saved to
     ``out/real.json`` as it goes."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    prepare_tensorflow()
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from cluster_sim.harness import Arm, run_arm
+    from cluster_sim.harness.run import Arm, run_arm
     from cluster_sim.local_cluster import LocalCluster
-    from cluster_sim.scenarios import load_scenario
 
     results = {name: [] for name in scenarios}
     with LocalCluster(num_workers=PROBE_WORKERS) as cluster:
@@ -156,10 +159,9 @@ def time_at_version(curve, version):
     >>> time_at_version([{"wall_s": 1.0, "version": 10}, {"wall_s": 3.0, "version": 30}], 20)
     2.0
     """
-    from cluster_sim.report import _version_to_wall
     if not curve or max(c["version"] for c in curve) < version:
         return None
-    return _version_to_wall({"curve": curve})(version)
+    return version_to_wall({"curve": curve})(version)
 
 
 def timing_error(real_run: dict, sim_run: dict):
@@ -178,7 +180,6 @@ def error_table(real: list[dict], simulated: list[dict]) -> str:
     """One row per policy: medians over seeds of the real and the simulated runs (TTA as
     the report takes it: a seed that never reached the target counts as infinite), and
     the median over seeds of `timing_error` (runs paired by seed)."""
-    from cluster_sim.report import _cell, median_of, median_tta
     pct = lambda s, r: "-" if s is None or r in (None, 0) else f"{100 * (s - r) / r:+.0f}%"
     rows = []
     for policy in dict.fromkeys(r["policy"] for r in real):
@@ -190,18 +191,16 @@ def error_table(real: list[dict], simulated: list[dict]) -> str:
         sims = {x["seed"]: x for x in runs(simulated)}
         timing = median_of([timing_error(x, sims[x["seed"]]) for x in runs(real)
                             if x["seed"] in sims])
-        rows.append((policy, _cell(rt, ".1f"), _cell(st, ".1f"), pct(st, rt),
+        rows.append((policy, format_cell(rt, ".1f"), format_cell(st, ".1f"), pct(st, rt),
                      "-" if timing is None else f"{100 * timing:+.0f}%",
-                     _cell(rs, ".0f"), _cell(ss, ".0f"), pct(ss, rs),
-                     f"{_cell(med(real, 'staleness_p95'), '.0f')}/"
-                     f"{_cell(med(simulated, 'staleness_p95'), '.0f')}",
-                     f"{_cell(med(real, 'final_accuracy'), '.3f')}/"
-                     f"{_cell(med(simulated, 'final_accuracy'), '.3f')}"))
+                     format_cell(rs, ".0f"), format_cell(ss, ".0f"), pct(ss, rs),
+                     f"{format_cell(med(real, 'staleness_p95'), '.0f')}/"
+                     f"{format_cell(med(simulated, 'staleness_p95'), '.0f')}",
+                     f"{format_cell(med(real, 'final_accuracy'), '.3f')}/"
+                     f"{format_cell(med(simulated, 'final_accuracy'), '.3f')}"))
     header = ("policy", "real TTA s", "sim TTA s", "TTA err", "t@v err", "real smp/s", "sim smp/s",
               "thr err", "stale p95 r/s", "final acc r/s")
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(x) for x in rows])
+    return text_table(header, rows)
 
 
 def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
@@ -209,9 +208,10 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
     as the harness labels them, throughput and final accuracy measured as the harness
     does (up to the target, where the harness stops)."""
     from cluster_sim.workloads import digits
-    config = sim_config(costs, scenario, scenario.to_run_config())
+    from cluster_sim.harness.run import RunConfig
+    config = sim_config(costs, scenario, RunConfig.from_scenario(scenario))
     runs = run_policies(specs, config, seeds=seeds, data=digits(seed=0), progress=False)
-    labels = {repr(parse_policy(s)): s for s in specs}  # the harness labels runs by spec
+    labels = {repr(ksync.parse(s)): s for s in specs}  # the harness labels runs by spec
     for run in runs:
         run["policy"] = labels[run["policy"]]
         if run["tta_s"] is not None:
@@ -221,9 +221,7 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
     return runs
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster_sim.sim_calibrate",
-                                     description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", default="bsp,asp,adaptive")
     parser.add_argument("--scenarios", default="static,trace")
     parser.add_argument("--traces", help="trace directory for the trace scenario "
@@ -235,8 +233,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reuse", help="directory with a real.json of an earlier run: "
                                         "skip the real cluster")
     parser.add_argument("--out", default="runs/calibration")
-    args = parser.parse_args(argv)
-    from cluster_sim.scenarios import load_scenario
+
+
+def run(args) -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     specs = [s.strip() for s in args.policies.split(",") if s.strip()]
@@ -246,7 +245,7 @@ def main(argv=None) -> int:
         scenarios = {name: load_scenario(name, traces_dir=args.traces)
                      for name in args.scenarios.split(",") if name}
         for spec in specs:
-            parse_policy(spec).rule(4)
+            ksync.parse(spec).rule(4)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -265,12 +264,12 @@ def main(argv=None) -> int:
     for name, scenario in scenarios.items():
         simulated = simulate_like(specs, scenario, costs, args.seeds)
         tables.append(f"{scenario.summary()}\n{error_table(real[name], simulated)}")
+        for side, runs in (("real", real[name]), ("simulated", simulated)):
+            write_report(out / name / side, runs, title=f"calibration, {side}: {name}",
+                         scenario=scenario, meta={"argv": sys.argv, "costs": costs})
     text = (f"real and simulated: medians of {args.seeds} seed(s) per policy\n\n"
             + "\n\n".join(tables))
     (out / "calibration.txt").write_text(text + "\n")
     print(text)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The commands of ``python -m cluster_sim`` (one module each) and what they share.
+
+Each command module has ``add_arguments(parser)`` and ``run(args) -> exit code``;
+`cluster_sim.__main__` lists them. The commands are the top of `cluster_sim`: they may
+import the harness, the simulator, the scenarios and the report, and nothing imports
+them.
+"""
+
+import os
+import sys
+import warnings
+
+
+def prepare_tensorflow() -> None:
+    """Settings every command that trains must make before TensorFlow is imported:
+    tf_keras as Keras (parameter-server training needs it), quiet C++ logs, and no
+    warning about tf.data checkpoints on every `fit`."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+
+
+def quiet_exit(code: int) -> None:
+    """Exit without the hundreds of "Failed to remove function remotely" lines that
+    TensorFlow's eager context logs at interpreter exit, when it tries to free functions
+    on servers already stopped, and that would bury the printed table.
+
+    Example: ``if __name__ == "__main__": quiet_exit(main())``
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    sys.exit(code)

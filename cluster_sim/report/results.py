@@ -1,0 +1,119 @@
+"""The one result schema of a run, shared by the harness, the simulator and the calibration.
+
+`RunResult` lists every field a run result has; producers build one and hand it on as
+a plain dict (`RunResult.as_dict`), which is what JSON files hold and what the report
+reads. Field shapes are the same whoever produced the run: ``curve`` is a list of
+evaluations ``{"wall_s", "pushes", "version", "loss", "accuracy"}`` (the harness adds
+per-worker counters as ``workers``), ``batch_sizes`` a list of ``{"wall_s", "sizes"}``
+(the per-worker batch sizes from that time on; empty without allocation), ``k_history``
+a list of ``{"version", "k", "wait", "rule", "reason"}``. Times are seconds of training
+(wall time in the harness, simulated time in the simulator).
+
+Time to target accuracy over seeds (`median_tta`, the one definition every table
+uses): a seed that never reached the target counts as +infinity, and the median of that
+is the policy's TTA; it is None when the median is infinite.
+
+Example:
+
+>>> r = RunResult(policy="BSP()", seed=0, tta_s=None, final_accuracy=0.5, wall_s=2.0,
+...               samples_per_s=64.0, staleness_p50=0, staleness_p95=0,
+...               curve=[{"wall_s": 2.0, "pushes": 4, "version": 1, "loss": 1.0,
+...                       "accuracy": 0.5}])
+>>> d = r.as_dict()
+>>> d["schema"], d["batch_sizes"], d["simulated"]
+(1, [], False)
+>>> RunResult.from_dict(d) == r
+True
+>>> median_tta([10.0, None, None])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+__all__ = ["SCHEMA_VERSION", "RunResult", "TTA_DEFINITION", "median_tta", "median_of"]
+
+#: Bumped when a field changes meaning or shape; `RunResult.as_dict` writes it as "schema".
+SCHEMA_VERSION = 1
+
+TTA_DEFINITION = ("tta_s is the median over seeds of the time to target accuracy, a seed "
+                  "that never reached the target counting as infinite; it is null when that "
+                  "median is infinite (at least half the seeds missed, more than half for an "
+                  "odd count). tta_reached counts the seeds that reached it.")
+
+
+@dataclasses.dataclass
+class RunResult:
+    """One run of one policy and seed (see the module docstring for the shapes).
+
+    Required: what every producer measures. Optional fields default to "not measured"
+    (None, or an empty list); the simulator sets ``simulated`` and ``scenario``, the
+    harness ``steady``, ``events``, ``fit_errors`` and the per-worker step times.
+    """
+
+    policy: str
+    seed: int | None
+    tta_s: float | None
+    final_accuracy: float
+    wall_s: float
+    samples_per_s: float | None
+    staleness_p50: float | None
+    staleness_p95: float | None
+    curve: list
+    hardware_efficiency: float | None = None
+    idle_fraction: float | None = None
+    steady: dict | None = None
+    staleness_histogram: list = dataclasses.field(default_factory=list)
+    pushed: int = 0
+    applied: int = 0
+    dropped: int = 0
+    pending: int = 0
+    version: int = 0
+    retried: int = 0
+    rule: str | None = None
+    k_history: list = dataclasses.field(default_factory=list)
+    worker_pushes: list = dataclasses.field(default_factory=list)
+    worker_step_times: list = dataclasses.field(default_factory=list)
+    worker_compute_times: list = dataclasses.field(default_factory=list)
+    batch_sizes: list = dataclasses.field(default_factory=list)
+    events: list = dataclasses.field(default_factory=list)
+    fit_errors: list = dataclasses.field(default_factory=list)
+    scenario: str | None = None
+    simulated: bool = False
+    sim_run_s: float | None = None
+
+    def as_dict(self) -> dict:
+        """The fields as a dict, plus ``"schema"``: `SCHEMA_VERSION`."""
+        return dict(dataclasses.asdict(self), schema=SCHEMA_VERSION)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunResult:
+        """The inverse of `as_dict`; keys that are no field (e.g. ``schema``) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def median_tta(values) -> float | None:
+    """Median of per-seed TTAs with ``None`` (not reached) as +infinity; None if infinite.
+
+    >>> median_tta([10.0, None, 30.0]), median_tta([10.0, None]), median_tta([None])
+    (30.0, None, None)
+    """
+    finite = [math.inf if v is None else float(v) for v in values]
+    if not finite:
+        return None
+    m = float(np.median(finite))
+    return m if math.isfinite(m) else None
+
+
+def median_of(values) -> float | None:
+    """Median of the finite values that are not None (None if there are none).
+
+    >>> median_of([1.0, None, float("nan"), 3.0])
+    2.0
+    """
+    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float(np.median(values)) if values else None

@@ -1,0 +1,325 @@
+"""Reading scenarios from TOML: the built-ins in ``cluster_sim/scenarios/*.toml`` or any file.
+
+Built-ins: ``homogeneous``, ``static``, ``slow3x``, ``trace``, ``colocated``, ``pause``,
+``churn``. Every problem raises ``ValueError`` naming the file and the key.
+
+TOML keys (all optional except ``workers``)::
+
+    name = "static"          # default: the file's stem
+    description = "..."
+    workers = 4
+    ps = 1
+    data = "digits"
+    target_accuracy = 0.93
+    time_budget_s = 120.0
+    max_pushes = 1200
+    us_per_sample = 300.0
+    [model]
+    hidden = [64, 64]
+    [training]
+    batch_size = 32
+    learning_rate = 0.05
+    momentum = 0.9
+    [slowdowns]
+    inject = "delay"                   # or "sigstop": black-box SIGSTOP/SIGCONT duty cycle
+    speeds = [1, 1, 0.5, 0.25]         # one static factor per worker
+    [[slowdowns.schedule]]             # a piecewise-constant factor on some workers
+    workers = [0, 1]
+    times_s = [0, 15]                  # start of each piece; first must be 0
+    speeds = [1.0, 0.5]
+    period_s = 30                      # repeat (omit: the last piece holds forever)
+    [slowdowns.trace]                  # worker i follows trace series workers[i]
+    dir = "path"                       # relative to the TOML file; omit: vendored sample
+    job = "job_2"                      # file stem or its prefix before "_"; omit: first file
+    workers = [1, 2, 3, 5]             # omit: the first `workers` series of the job
+    time_unit_s = 0.0096               # seconds per unit of the trace's time column
+    [[events]]
+    action = "pause"                   # or "kill" (with restart_at_s to restart)
+    worker = 3
+    at_s = 20
+    duration_s = 20
+
+Example:
+
+>>> s = load_scenario("static")
+>>> s.num_workers, s.speeds_at(0.0)
+(4, [1.0, 1.0, 0.5, 0.25])
+>>> c = load_scenario("churn")
+>>> [(e.at_s, e.worker, e.action) for e in c.events]
+[(20.0, 3, 'kill'), (45.0, 3, 'restart')]
+>>> c.effective_speed(3, 30.0), c.effective_speed(3, 50.0)
+(0.0, 0.25)
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+
+from cluster_sim.scenarios.model import Event, Scenario, SpeedSchedule
+from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR, load_trace_series, trace_schedules
+
+__all__ = ["BUILTIN_DIR", "builtin_names", "load_scenario", "parse_scenario"]
+
+BUILTIN_DIR = pathlib.Path(__file__).parent
+
+_TOP_KEYS = {"name", "description", "workers", "ps", "data", "target_accuracy",
+             "time_budget_s", "max_pushes", "us_per_sample", "model", "training",
+             "slowdowns", "events"}
+_TRACE_KEYS = {"dir", "job", "workers", "time_unit_s"}
+_DATASETS = ("digits",)
+
+
+def builtin_names() -> list[str]:
+    """Names of the scenarios shipped in ``cluster_sim/scenarios/*.toml``."""
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def load_scenario(name_or_path, traces_dir=None) -> Scenario:
+    """A built-in scenario by name, or a TOML file by path.
+
+    ``traces_dir`` replaces the trace directory of a scenario with a ``[slowdowns.trace]``
+    section (e.g. ``../shared/traces/alibaba_pai``); other scenarios ignore it, so one
+    command line serves all. Raises ``ValueError`` naming the file and key on any problem.
+
+    >>> load_scenario("homogeneous").speeds_at(0)
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    text = str(name_or_path)
+    path = pathlib.Path(text)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = BUILTIN_DIR / f"{text}.toml"
+        if not path.exists():
+            raise ValueError(f"unknown scenario {text!r}: not a file and not a built-in "
+                             f"({', '.join(builtin_names())})")
+    if not path.is_file():
+        raise ValueError(f"scenario file {str(path)!r} does not exist or is not a file")
+    try:
+        with open(path, "rb") as fh:
+            table = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: malformed TOML: {err}") from None
+    return parse_scenario(table, source=path, traces_dir=traces_dir)
+
+
+def parse_scenario(table: dict, source="<dict>", traces_dir=None) -> Scenario:
+    """Build a `Scenario` from a parsed TOML table (see the module docstring for keys)."""
+    return _Reader(source, traces_dir).scenario(table)
+
+
+class _Reader:
+    """Reads one TOML table; every error names ``where`` (the file) and the key."""
+
+    def __init__(self, source, traces_dir):
+        self.src = pathlib.Path(str(source))
+        self.where = str(source)
+        self.traces_dir = traces_dir
+
+    def fail(self, key, message):
+        raise ValueError(f"{self.where}: {key}: {message}")
+
+    def get(self, tbl, key, kind, default, prefix="", positive=True):
+        full = prefix + key
+        if key not in tbl:
+            return default
+        value = tbl[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            self.fail(full, f"expected {kind.__name__}, got {value!r}")
+        if positive and kind in (int, float) and not value > 0:
+            self.fail(full, f"must be > 0, got {value!r}")
+        return value
+
+    def section(self, tbl, key, prefix=""):
+        value = tbl.get(key, {})
+        if not isinstance(value, dict):
+            self.fail(prefix + key, f"expected a table, got {value!r}")
+        return value
+
+    def array(self, tbl, key, full):
+        value = tbl.get(key, [])
+        if not isinstance(value, list):
+            self.fail(full, f"expected an array of tables ([[{full}]])")
+        return value
+
+    def scenario(self, table: dict) -> Scenario:
+        unknown = set(table) - _TOP_KEYS
+        if unknown:
+            self.fail(sorted(unknown)[0], f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+        if "workers" not in table:
+            self.fail("workers", "missing: how many workers")
+        n = self.get(table, "workers", int, None)
+        model, training = self.section(table, "model"), self.section(table, "training")
+        hidden = model.get("hidden", [64, 64])
+        if not (isinstance(hidden, list) and all(isinstance(h, int) and h > 0 for h in hidden)):
+            self.fail("model.hidden", f"expected a list of positive layer widths, got {hidden!r}")
+        data = self.get(table, "data", str, "digits")
+        if data not in _DATASETS:
+            self.fail("data", f"unknown dataset {data!r} (built in: {', '.join(_DATASETS)})")
+        us_per_sample = self.get(table, "us_per_sample", float, 300.0)
+        batch_size = self.get(training, "batch_size", int, 32, "training.")
+        momentum = self.get(training, "momentum", float, 0.9, "training.", positive=False)
+        if not 0.0 <= momentum < 1.0:
+            self.fail("training.momentum", f"must be in [0, 1), got {momentum}")
+        target = self.get(table, "target_accuracy", float, 0.93)
+        if not target <= 1.0:
+            self.fail("target_accuracy", f"must be in (0, 1], got {target}")
+        slow = self.section(table, "slowdowns")
+        inject = self.get(slow, "inject", str, "delay", "slowdowns.")
+        factors = self.slowdowns(slow, n, batch_size * us_per_sample * 1e-6)
+        events = []
+        for i, ev in enumerate(self.array(table, "events", "events")):
+            events += self.events(f"events[{i}]", ev, n)
+        events.sort(key=_event_order)
+        self.check_event_order(events)
+        try:
+            return Scenario(
+                name=self.get(table, "name", str, self.src.stem if self.src.suffix else "scenario"),
+                num_workers=n, num_ps=self.get(table, "ps", int, 1), hidden=tuple(hidden),
+                data=data, batch_size=batch_size,
+                learning_rate=self.get(training, "learning_rate", float, 0.05, "training."),
+                momentum=momentum, slowdowns=tuple(tuple(f) for f in factors),
+                events=tuple(events), target_accuracy=target,
+                time_budget_s=self.get(table, "time_budget_s", float, 120.0),
+                max_pushes=self.get(table, "max_pushes", int, 1200),
+                us_per_sample=us_per_sample, inject=inject,
+                description=self.get(table, "description", str, ""), source=self.where)
+        except ValueError as err:  # the model checks how slowdowns are injected
+            self.fail("slowdowns.inject", str(err))
+
+    def slowdowns(self, slow, n, default_unit_s):
+        """Each worker's list of `SpeedSchedule` factors."""
+        factors = [[] for _ in range(n)]
+        unknown = set(slow) - {"inject", "speeds", "schedule", "trace"}
+        if unknown:
+            self.fail("slowdowns." + sorted(unknown)[0],
+                      "unknown key (known: inject, speeds, schedule, trace)")
+        if "speeds" in slow:
+            speeds = slow["speeds"]
+            if not isinstance(speeds, list) or len(speeds) != n:
+                self.fail("slowdowns.speeds", f"expected a list of {n} speeds (one per worker), "
+                                              f"got {speeds!r}")
+            for w, s in enumerate(speeds):
+                factors[w].append(self.schedule("slowdowns.speeds", [0.0], [s], None))
+        for i, sch in enumerate(self.array(slow, "schedule", "slowdowns.schedule")):
+            key = f"slowdowns.schedule[{i}]"
+            workers = self.workers(key + ".workers", sch.get("workers"), n)
+            times, speeds = sch.get("times_s"), sch.get("speeds")
+            for w in workers:
+                factors[w].append(self.schedule(key, times, speeds, sch.get("period_s")))
+        if "trace" in slow:
+            trace = self.section(slow, "trace", "slowdowns.")
+            for w, sch in enumerate(self.trace(trace, n, default_unit_s)):
+                factors[w].append(sch)
+        return factors
+
+    def schedule(self, key, times, speeds, period):
+        if not isinstance(times, list) or not isinstance(speeds, list):
+            self.fail(key, f"needs lists times_s and speeds, got {times!r} and {speeds!r}")
+        try:
+            return SpeedSchedule(tuple(times), tuple(speeds), period)
+        except (TypeError, ValueError) as err:
+            self.fail(key, str(err))
+
+    def workers(self, key, workers, n):
+        if not (isinstance(workers, list) and workers
+                and all(isinstance(w, int) and not isinstance(w, bool) for w in workers)):
+            self.fail(key, f"expected a non-empty list of worker indices, got {workers!r}")
+        for w in workers:
+            if not 0 <= w < n:
+                self.fail(key, f"worker {w} out of range 0..{n - 1}")
+        return workers
+
+    def trace(self, trace, n, default_unit_s):
+        """One looping `SpeedSchedule` per worker from a directory of trace CSVs."""
+        key = "slowdowns.trace"
+        unknown = set(trace) - _TRACE_KEYS
+        if unknown:
+            self.fail(f"{key}.{sorted(unknown)[0]}",
+                      f"unknown key (known: {', '.join(sorted(_TRACE_KEYS))})")
+        if self.traces_dir is not None:
+            directory = pathlib.Path(self.traces_dir)
+        elif "dir" in trace:
+            directory = self.src.parent / str(trace["dir"])  # an absolute dir wins
+        else:
+            directory = DEFAULT_TRACE_DIR
+        if not directory.is_dir():
+            self.fail(f"{key}.dir", f"trace directory {str(directory)!r} does not exist")
+        try:
+            series = load_trace_series(directory)
+        except ValueError as err:
+            self.fail(f"{key}.dir", str(err))
+        jobs = sorted({name.split("/")[0] for name, _, _ in series})
+        job = trace.get("job")
+        if job is not None:
+            # "job_2" matches job_2_norm.csv and the vendored job_2_norm_sample.csv alike.
+            match = [j for j in jobs if j == job or j.startswith(f"{job}_")]
+            if not match:
+                self.fail(f"{key}.job", f"no trace file {job!r} in {directory} "
+                                        f"(have {', '.join(jobs)})")
+            job = match[0]
+        else:
+            job = jobs[0]
+        by_worker = {name.split("/w", 1)[1]: (t, s) for name, t, s in series
+                     if name.split("/")[0] == job}
+        wanted = trace.get("workers")
+        if wanted is None:
+            wanted = list(by_worker)[:n]
+            if len(wanted) < n:
+                self.fail(f"{key}.workers", f"{job} has {len(by_worker)} workers, the scenario "
+                                            f"{n}; list which trace worker each worker follows")
+        if not isinstance(wanted, list) or len(wanted) != n:
+            self.fail(f"{key}.workers", f"expected a list of {n} trace workers, got {wanted!r}")
+        missing = [w for w in wanted if str(w) not in by_worker]
+        if missing:
+            self.fail(f"{key}.workers", f"{job} has no worker {missing[0]!r} "
+                                        f"(have {', '.join(by_worker)})")
+        unit = trace.get("time_unit_s", default_unit_s)
+        if isinstance(unit, bool) or not isinstance(unit, (int, float)) or not unit > 0:
+            self.fail(f"{key}.time_unit_s", f"must be a number > 0, got {unit!r}")
+        return trace_schedules([by_worker[str(w)] for w in wanted], unit)
+
+    def events(self, key, ev, n):
+        if not isinstance(ev, dict):
+            self.fail(key, f"expected a table, got {ev!r}")
+        action = ev.get("action")
+        if action not in ("pause", "kill"):
+            self.fail(key + ".action", f"expected 'pause' or 'kill', got {action!r}")
+        if "worker" not in ev or "at_s" not in ev:
+            self.fail(key, "needs worker and at_s")
+        worker = self.workers(key + ".worker", [ev["worker"]], n)[0]
+        at = self.get(ev, "at_s", float, None, key + ".", positive=False)
+        if at < 0:
+            self.fail(key + ".at_s", f"must be >= 0, got {at}")
+        out = [Event(at, worker, action)]
+        if action == "pause":
+            if "duration_s" not in ev:
+                self.fail(key + ".duration_s", "missing: how long the worker stays frozen")
+            out.append(Event(at + self.get(ev, "duration_s", float, None, key + "."), worker,
+                             "resume"))
+        elif "restart_at_s" in ev:
+            restart = self.get(ev, "restart_at_s", float, None, key + ".")
+            if not restart > at:
+                self.fail(key + ".restart_at_s", f"must be after at_s ({at}), got {restart}")
+            out.append(Event(restart, worker, "restart"))
+        return out
+
+    def check_event_order(self, events):
+        """Pauses and kills of one worker must not overlap (resume what is paused, etc.)."""
+        state = {}
+        for e in events:
+            before = state.get(e.worker, "running")
+            expected = {"pause": "running", "kill": "running", "resume": "pause",
+                        "restart": "kill"}[e.action]
+            if before != expected:
+                self.fail("events", f"worker {e.worker}: {e.action} at {e.at_s:g} s while it "
+                                    f"is {'in a ' + before if before != 'running' else 'running'}"
+                                    "; pauses and kills of a worker must not overlap")
+            state[e.worker] = "running" if e.action in ("resume", "restart") else e.action
+
+
+def _event_order(e: Event):
+    # At equal times a resume or restart comes first, so a worker may be paused again
+    # the moment it resumes.
+    return (e.at_s, e.action not in ("resume", "restart"), e.worker)

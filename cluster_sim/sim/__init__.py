@@ -1,0 +1,16 @@
+"""The discrete-event simulator: the product's policies on hundreds of simulated workers.
+
+* `cluster_sim.sim.engine`: `Simulation` and `SimConfig` (the event loop, the PS through
+  `ksync.UpdateState`, real gradients in event order);
+* `cluster_sim.sim.speeds`: speed models (`SpeedModel`: how long a simulated step takes)
+  and the network;
+* `cluster_sim.sim.model`: the numpy MLP whose gradients the simulation computes;
+* `cluster_sim.sim.clock`: the event queue.
+
+Imports nothing of the real-cluster harness (`cluster_sim.harness`); results have the
+`cluster_sim.report.RunResult` shape, so one report renders both.
+"""
+
+from cluster_sim.sim.engine import SimConfig, Simulation, simulate
+
+__all__ = ["SimConfig", "Simulation", "simulate"]

@@ -1,0 +1,156 @@
+"""The import graph, read from the code (ast, every import including those inside
+functions): no circles, and arrows point one way.
+
+Packages: cluster_sim -> strategies -> (ksync, predictor), never back. Inside
+cluster_sim, layers from the bottom: scenarios, report and the data helpers; the
+simulator and the real-cluster harness (which never import each other); the commands.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("ksync", "predictor", "strategies", "cluster_sim")
+
+# Package -> packages it must not import.
+FORBIDDEN = {"ksync": {"strategies", "cluster_sim"}, "predictor": {"strategies", "cluster_sim"},
+             "strategies": {"cluster_sim"}}
+
+# cluster_sim modules by layer: a module may import its own layer and those below.
+LAYERS = [
+    ("cluster_sim.scenarios", "cluster_sim.report", "cluster_sim.workloads",
+     "cluster_sim.netns"),
+    ("cluster_sim.sim", "cluster_sim.harness", "cluster_sim.local_cluster",
+     "cluster_sim.slowdown", "cluster_sim.signaller"),
+    ("cluster_sim.cli", "cluster_sim.__main__"),
+]
+APART = [("cluster_sim.sim", "cluster_sim.harness")]  # same layer, no arrow either way
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, pathlib.Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def imports_of(name: str, path: pathlib.Path, known) -> set[str]:
+    """The known modules ``name`` imports (a ``from a import b`` counts as ``a.b`` when
+    that is a module, else ``a``)."""
+    is_package = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                base = ".".join(parent + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # a name inside a module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def cycles(edges) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def layer(name: str) -> int | None:
+    for i, prefixes in enumerate(LAYERS):
+        if any(within(name, p) for p in prefixes):
+            return i
+    return None
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return graph()
+
+
+def test_the_graph_is_read_from_the_code(edges):
+    assert "cluster_sim.scenarios.model" in edges["cluster_sim.scenarios.reader"]
+    assert "ksync" in edges["cluster_sim.sim.engine"]
+    assert edges["cluster_sim.harness.signal_helper"] == set()  # stdlib only: starts at once
+
+
+def test_cycles_finds_circles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("package", [
+    "cluster_sim", "ksync", "strategies",
+    pytest.param("predictor", marks=pytest.mark.xfail(strict=True, reason=(
+        "predictor.base imports predictor.baselines and predictor.gru inside a function "
+        "(the loader's registry), which import predictor.base: to be removed in predictor"))),
+])
+def test_no_import_circles(edges, package):
+    assert [c for c in cycles(edges) if within(c[0], package)] == []
+
+
+def test_packages_import_one_way(edges):
+    wrong = [(a, b) for a, targets in edges.items() for b in targets
+             if b.split(".")[0] in FORBIDDEN.get(a.split(".")[0], ())]
+    assert wrong == []
+
+
+def test_cluster_sim_layers_point_down(edges):
+    unplaced = [m for m in edges if within(m, "cluster_sim") and m != "cluster_sim"
+                and layer(m) is None]
+    assert unplaced == [], "place new cluster_sim modules in a layer of LAYERS"
+    upward = [(a, b) for a, targets in edges.items() if layer(a) is not None
+              for b in targets if layer(b) is not None and layer(b) > layer(a)]
+    assert upward == []
+    across = [(a, b) for a, targets in edges.items() for b in targets
+              for x, y in APART + [(y, x) for x, y in APART]
+              if within(a, x) and within(b, y)]
+    assert across == []
