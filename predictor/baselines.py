@@ -20,9 +20,11 @@ import numpy as np
 
 from .base import Forecaster, NotFittedError
 from .metrics import log_mae
-from .windows import edge_fill, exp_smooth, forecast_origins, recent_matrix
+from .windows import (CHANGEPOINT_CONTEXT, changepoint_levels, edge_fill, exp_smooth,
+                      forecast_origins, recent_matrix)
 
-__all__ = ["LastValue", "MovingAverage", "ExponentialSmoothing", "LagRegressor"]
+__all__ = ["LastValue", "MovingAverage", "ExponentialSmoothing", "ChangePointSmoothing",
+           "LagRegressor"]
 
 #: horizons over which model selection scores candidates (the allocator's R).
 SELECTION_HORIZON = 10
@@ -142,6 +144,47 @@ class ExponentialSmoothing(Forecaster):
     def _set_state(self, arrays):
         if "alpha" in arrays and float(arrays["alpha"]) > 0:
             self.alpha_ = float(arrays["alpha"])
+
+
+class ChangePointSmoothing(Forecaster):
+    """Exponential smoothing that restarts at change points (``windows.changepoint_levels``).
+
+    Flat forecast at the level; ``alpha=None`` chooses the smoothing factor on ``fit``.
+    Not one of the classical baselines the GRU must beat: it is the GRU's level,
+    reported alone to show what the network adds.
+
+    >>> import numpy as np
+    >>> f = ChangePointSmoothing(alpha=0.1)
+    >>> f.predict([np.array([1.0, 1.02, 0.98, 1.0, 0.5, 0.5])]).round(2).tolist()
+    [[0.5]]
+    """
+
+    _param_names = ("alpha", "threshold")
+    grid = ExponentialSmoothing.grid
+    context = CHANGEPOINT_CONTEXT
+
+    def __init__(self, alpha: float | None = None, threshold: float = 3.0):
+        if alpha is not None and not (0.0 < alpha <= 1.0):
+            raise ValueError(f"alpha must be in (0, 1] or None, got {alpha!r}")
+        self.alpha, self.alpha_, self.threshold = alpha, alpha, float(threshold)
+
+    @property
+    def needs_fit(self):
+        return self.alpha is None
+
+    def _level(self, recent, alpha, horizon):
+        return _flat(changepoint_levels(recent, alpha, self.threshold)[:, -1], horizon)
+
+    def _fit(self, series, validation, **kwargs):
+        if self.alpha is None:
+            self.alpha_ = _select(series, self.grid, self._level, self.context,
+                                  max_origins=1000) or 0.1
+
+    def _predict(self, recent, horizon):
+        return self._level(recent, self.alpha_, horizon)
+
+    _get_state = ExponentialSmoothing._get_state
+    _set_state = ExponentialSmoothing._set_state
 
 
 def lag_features(recent: np.ndarray, lags: int) -> np.ndarray:

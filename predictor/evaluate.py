@@ -1,18 +1,29 @@
-"""Evaluate every forecaster on held-out whole workers of a trace directory.
+"""Evaluate every forecaster on held-out workers or jobs: forecast error and allocation regret.
 
 Usage::
 
     python -m predictor.evaluate --traces /work/shared/traces/alibaba_pai --out runs/predictor_eval
+    python -m predictor.evaluate --traces /work/shared/traces/alibaba_pai --holdout job \\
+        --metric both --machine-usage /work/shared/traces/alibaba2018_machine_usage \\
+        --scenarios cluster_sim/scenarios --out runs/predictor_regret
 
-Split (fixed seed, see ``predictor.traces.split_by_worker``): within each job,
-30 % of the workers are test, 10 % validation, the rest training. Models are
-fit on the training workers only; the validation workers serve early stopping
+Splits (``predictor.heldout``): ``--holdout worker`` (default, fixed seed): within
+each job 30 % of the workers are test, 10 % validation, the rest training.
+``--holdout job``: each job in turn is test (all its workers), the others train.
+With ``--machine-usage``, the first half of the 2018 machine-usage machines joins
+every training set and the second half is held out (``predictor.regime``).
+Models are fit on training series only; validation workers serve early stopping
 of the GRUs; baselines choose their window / smoothing factor on the training
-workers. The test workers are only forecast. Every point of a test series with
-at least ``--min-history`` points before it and ``R`` after it is a forecast
-origin. Prints MAPE (%) and RMSE (speed = 1000 / normalised step time) at
-horizons 1, 5 and 10 and for the mean speed over the next R = 10 steps, and
-writes ``results.json``, ``results.md`` and ``forecasts.png`` to ``--out``.
+series. Test series are only forecast.
+
+``--metric mape``: every point of a test series with at least ``--min-history``
+points before it and ``R`` after it is a forecast origin; MAPE (%) and RMSE (speed
+= 1000 / normalised step time) at horizons 1, 5 and 10 and for the mean speed over
+the next R = 10 steps. ``--metric regret``: allocation replayed with each
+forecaster (``predictor.regret``) on every test job's workers as one cluster
+(a window = ``--every`` trace points) and, with ``--machine-usage`` / ``--scenarios``,
+on the regime-change traces (with ``--holdout job`` by models trained on every
+job). Writes ``results.json``, ``results.md`` (and ``forecasts.png`` for MAPE) to ``--out``.
 """
 
 from __future__ import annotations
@@ -21,22 +32,28 @@ import argparse
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
+from .heldout import HOLDOUTS, make_folds
 from .metrics import horizon_metrics
-from .traces import load_traces, split_by_worker
+from .traces import load_traces
 from .windows import forecast_origins
 
-__all__ = ["make_forecasters", "evaluate", "format_table", "main"]
+__all__ = ["make_forecasters", "evaluate", "format_table", "format_regret", "main"]
 
 R = 10
 HORIZONS = (1, 5, 10)
+METRICS = ("mape", "regret", "both")
+#: the classical baselines the targets compare against.
+CLASSICAL = ("LastValue", "MovingAverage", "ExpSmoothing", "LagRegressor")
 
 
 def make_forecasters(gru_kwargs: dict | None = None) -> dict:
     """The forecasters compared, with the settings the shipped default uses."""
-    from .baselines import ExponentialSmoothing, LagRegressor, LastValue, MovingAverage
+    from .baselines import (ChangePointSmoothing, ExponentialSmoothing, LagRegressor,
+                            LastValue, MovingAverage)
     from .gru import GRUOnly, GRUSmoothingForecaster
 
     gru_kwargs = dict(gru_kwargs or {})
@@ -45,60 +62,116 @@ def make_forecasters(gru_kwargs: dict | None = None) -> dict:
         "LastValue": LastValue(),
         "MovingAverage": MovingAverage(),
         "ExpSmoothing": ExponentialSmoothing(),
-        "GRUOnly": GRUOnly(horizon=R, **gru_kwargs),
+        "GRUOnly": GRUOnly(horizon=R, **{k: v for k, v in gru_kwargs.items()
+                                         if k != "changepoint"}),
         "LagRegressor": LagRegressor(horizon=R),
+        "CPSmoothing": ChangePointSmoothing(),
     }
 
 
 def evaluate(series_dir, out_dir=None, min_history: int = 32, seed: int = 0,
-             gru_kwargs: dict | None = None, verbose: bool = True) -> dict:
-    """Fit on training workers, forecast test workers; return metrics per forecaster."""
-    say = print if verbose else (lambda *a, **k: None)
-    train, val, test = split_by_worker(load_traces(series_dir), seed=seed)
-    for label, part in (("train", train), ("validation", val), ("test", test)):
-        say(f"{label:>10}: {len(part)} series, {sum(len(s.speed) for s in part)} points: "
-            + " ".join(s.name for s in part), flush=True)
-    clean = _cleaner()
-    train_x, val_x, test_x = ([clean(s.speed, s.name) for s in part] for part in (train, val, test))
-    hist, truth, ids = forecast_origins(test_x, min_history=min_history, horizon=R,
-                                        max_history=256)
-    if not hist:
-        raise ValueError(f"test series are shorter than min_history + R = {min_history + R}")
-    say(f"test origins: {len(hist)} (min_history={min_history}, R={R})", flush=True)
+             gru_kwargs: dict | None = None, verbose: bool = True, holdout: str = "worker",
+             metric: str = "mape", machine_usage=None, scenarios=None, every: int = 2,
+             allocation_horizon: int = 10) -> dict:
+    """Fit on training series, score on held-out ones; return metrics per forecaster."""
+    from .regime import regime_sets, split_machines
 
-    results, forecasts = {}, {}
-    for name, model in make_forecasters(gru_kwargs).items():
-        start = time.perf_counter()
-        say(f"[{name}] fitting on {len(train_x)} training series ...", flush=True)
-        model.fit(train_x, validation=val_x or None, **({"verbose": 1} if verbose and
-                                                        name.startswith("GRU") else {}))
-        fit_s = time.perf_counter() - start
-        pred = np.concatenate([model.predict(hist[i:i + 4096], horizon=R)
-                               for i in range(0, len(hist), 4096)])
-        results[name] = horizon_metrics(truth, pred, HORIZONS, R)
-        results[name]["fit_seconds"] = round(fit_s, 2)
-        forecasts[name] = pred
-        say(f"[{name}] fit {fit_s:.1f}s, predict {time.perf_counter() - start - fit_s:.1f}s, "
-            f"{repr(model)}", flush=True)
-    table = format_table(results)
-    say(table)
-    report = {"split": {"train": [s.name for s in train], "validation": [s.name for s in val],
-                        "test": [s.name for s in test], "seed": seed},
-              "origins": len(hist), "min_history": min_history, "R": R, "metrics": results}
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    say = print if verbose else (lambda *a, **k: None)
+    extra = list(split_machines(machine_usage)[0].values()) if machine_usage else []
+    regime = regime_sets(machine_usage, scenarios) if metric != "mape" else {}
+    folds = make_folds(load_traces(series_dir), holdout, seed, extra,
+                       with_all=bool(regime) and holdout == "job")
+    pooled = {"hist": [], "truth": [], "ids": [], "names": [], "values": []}
+    forecasts: dict[str, list] = {}
+    fit_seconds: dict[str, float] = {}
+    regret: dict[str, dict] = {}
+    per_fold: dict[str, dict] = {}
+    for fold in folds:
+        for label in ("train", "validation", "test"):
+            say(f"[fold {fold.name}] {label:>10}: {len(fold.names[label])} series "
+                + " ".join(fold.names[label])
+                + (f" + {len(extra)} machine-usage series" if label == "train" and extra
+                   else ""), flush=True)
+        test_x = [x for xs in fold.test.values() for x in xs]
+        hist, truth, ids = forecast_origins(test_x, min_history=min_history, horizon=R,
+                                            max_history=256)
+        if fold.test and metric != "regret" and not hist:
+            raise ValueError(f"test series are shorter than min_history + R = {min_history + R}")
+        ids[:, 0] += len(pooled["values"])
+        pooled["hist"] += hist
+        pooled["truth"].append(truth)
+        pooled["ids"].append(ids)
+        pooled["names"] += fold.names["test"]
+        pooled["values"] += test_x
+        replays = {} if metric == "mape" else {
+            f"{job} (held-out job)" if holdout == "job" else f"{job} (held-out workers)":
+            (np.array([x[:min(map(len, xs))] for x in xs]), every) for job, xs in fold.test.items()}
+        if fold is folds[-1]:
+            replays.update({name: (true, 1, seen) for name, (true, seen) in regime.items()})
+        for name, model in make_forecasters(gru_kwargs).items():
+            start = time.perf_counter()
+            model.fit(fold.train, validation=fold.val or None,
+                      **({"verbose": 1} if verbose and name.startswith("GRU") else {}))
+            fit_seconds[name] = fit_seconds.get(name, 0.0) + time.perf_counter() - start
+            if hist and metric != "regret":
+                pred = np.concatenate([model.predict(hist[i:i + 4096], horizon=R)
+                                       for i in range(0, len(hist), 4096)])
+                forecasts.setdefault(name, []).append(pred)
+                per_fold.setdefault(fold.name, {})[name] = horizon_metrics(truth, pred,
+                                                                           HORIZONS, R)
+            for trace, (true, win, *seen) in replays.items():
+                r = _regret(true, model, win, seen[0] if seen else None, allocation_horizon)
+                regret.setdefault(trace, {})[name] = r
+            say(f"[fold {fold.name}] [{name}] {repr(model)} "
+                f"({time.perf_counter() - start:.1f}s)", flush=True)
+    report = {"holdout": holdout, "folds": {f.name: f.names for f in folds}, "seed": seed,
+              "min_history": min_history, "R": R}
+    if forecasts:
+        truth = np.concatenate(pooled["truth"])
+        results = {name: dict(horizon_metrics(truth, np.concatenate(p), HORIZONS, R),
+                              fit_seconds=round(fit_seconds[name], 2))
+                   for name, p in forecasts.items()}
+        report.update(origins=len(truth), metrics=results, fold_metrics=per_fold)
+        if holdout == "worker":
+            report["split"] = dict(folds[0].names, seed=seed)
+        say(format_table(results))
+        if len(per_fold) > 1:
+            for name, res in per_fold.items():
+                say(f"\nfold {name}:\n" + format_table(res))
+    if regret:
+        report.update(every=every, allocation_horizon=allocation_horizon, regret=regret)
+        say(format_regret(regret))
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(report, indent=2))
-        (out / "results.md").write_text(table + "\n")
-        from .plots import plot_forecasts
-        plot_forecasts(out / "forecasts.png", test, test_x, ids, truth, forecasts, step=5)
-        say(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'forecasts.png'}")
+        _write(Path(out_dir), report, pooled, forecasts, say)
     return report
 
 
-def _cleaner():
-    from .checks import clean_series
-    return lambda x, name: clean_series(x, name)
+def _regret(true, model, every, seen, horizon) -> dict:
+    from .regret import allocation_regret
+    r = allocation_regret(true, model, measured=seen, every=every, horizon=horizon)
+    return {k: v for k, v in r.items() if k != "regret"}
+
+
+def _write(out: Path, report, pooled, forecasts, say) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=2))
+    tables = [format_table(report["metrics"])] if "metrics" in report else []
+    folds = report.get("fold_metrics", {})
+    tables += [f"fold {name}:\n\n" + format_table(res) for name, res in folds.items()
+               if len(folds) > 1]
+    tables += [format_regret(report["regret"])] if "regret" in report else []
+    (out / "results.md").write_text("\n\n".join(tables) + "\n")
+    written = [out / "results.json", out / "results.md"]
+    if forecasts:
+        from .plots import plot_forecasts
+        names = [SimpleNamespace(name=n) for n in pooled["names"]]
+        plot_forecasts(out / "forecasts.png", names, pooled["values"],
+                       np.concatenate(pooled["ids"]), np.concatenate(pooled["truth"]),
+                       {k: np.concatenate(v) for k, v in forecasts.items()}, step=5)
+        written.append(out / "forecasts.png")
+    say("wrote " + ", ".join(map(str, written)))
 
 
 def format_table(results: dict) -> str:
@@ -114,11 +187,41 @@ def format_table(results: dict) -> str:
             cells += [f"**{m}**" if r[c]["MAPE"] == best[c] else m, f"{r[c]['RMSE']:.3f}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if "GRUSmoothing" in results and len(results) > 1:
-        gains = []
+        gains, ratios = [], []
+        classical = [n for n in CLASSICAL if n in results]
         for c in cols:
             base = min(r[c]["MAPE"] for n, r in results.items() if n != "GRUSmoothing")
             gains.append(f"{c}: {100 * (1 - results['GRUSmoothing'][c]['MAPE'] / base):+.1f}%")
+            if classical:
+                best_classical = min(results[n][c]["MAPE"] for n in classical)
+                ratios.append(f"{c}: {results['GRUSmoothing'][c]['MAPE'] / best_classical:.3f}x")
         lines.append("\nGRUSmoothing MAPE reduction vs best other forecaster: " + ", ".join(gains))
+        if ratios:
+            lines.append("GRUSmoothing MAPE / best classical baseline's "
+                         f"({', '.join(classical)}): " + ", ".join(ratios))
+    return "\n".join(lines)
+
+
+def format_regret(regret: dict) -> str:
+    """Markdown table: mean allocation regret (%) per trace and forecaster, best in bold,
+    then each forecaster's ratio to LastValue and to the best classical baseline."""
+    names = list(next(iter(regret.values())))
+    lines = ["| trace | windows | " + " | ".join(names) + " |", "|" + "---|" * (2 + len(names))]
+    for trace, row in regret.items():
+        best = min(r["mean_regret"] for r in row.values())
+        cells = [f"**{100 * r['mean_regret']:.2f}%**" if r["mean_regret"] == best
+                 else f"{100 * r['mean_regret']:.2f}%" for r in row.values()]
+        lines.append(f"| {trace} | {next(iter(row.values()))['windows']} | "
+                     + " | ".join(cells) + " |")
+    classical = [n for n in CLASSICAL if n in names]
+    if "GRUSmoothing" in names and classical:
+        lines.append("\nGRUSmoothing regret / LastValue's, / best classical baseline's:")
+        for trace, row in regret.items():
+            own = row["GRUSmoothing"]["mean_regret"]
+            base = min(row[n]["mean_regret"] for n in classical)
+            last = row.get("LastValue", {}).get("mean_regret", np.nan)
+            lines.append(f"- {trace}: {own / last:.2f}x LastValue, {own / base:.2f}x best "
+                         "classical")
     return "\n".join(lines)
 
 
@@ -132,10 +235,29 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=None, help="override GRU epochs")
     p.add_argument("--units", type=int, default=None, help="override GRU units")
     p.add_argument("--window", type=int, default=None, help="override GRU window")
+    p.add_argument("--changepoint", type=float, default=None,
+                   help="override GRUSmoothing's change-point threshold (0: plain smoothing)")
+    p.add_argument("--holdout", choices=HOLDOUTS, default="worker",
+                   help="hold out whole workers of every job, or whole jobs in turn")
+    p.add_argument("--metric", choices=METRICS, default="mape",
+                   help="forecast error, allocation regret, or both")
+    p.add_argument("--machine-usage", default=None,
+                   help="directory of the Alibaba 2018 machine_usage trace (train + regret)")
+    p.add_argument("--scenarios", default=None,
+                   help="directory of cluster_sim scenario TOMLs (colocated, pause, churn)")
+    p.add_argument("--every", type=int, default=2,
+                   help="trace points per allocation window in the regret replay of test jobs")
+    p.add_argument("--allocation-horizon", type=int, default=10,
+                   help="windows ahead whose mean forecast sets the sizes (AllocationSchedule)")
     args = p.parse_args(argv)
     gru = {k: v for k, v in (("epochs", args.epochs), ("units", args.units),
                              ("window", args.window)) if v is not None}
-    evaluate(args.traces, args.out, min_history=args.min_history, seed=args.seed, gru_kwargs=gru)
+    if args.changepoint is not None:
+        gru["changepoint"] = args.changepoint or None
+    evaluate(args.traces, args.out, min_history=args.min_history, seed=args.seed, gru_kwargs=gru,
+             holdout=args.holdout, metric=args.metric, machine_usage=args.machine_usage,
+             scenarios=args.scenarios, every=args.every,
+             allocation_horizon=args.allocation_horizon)
 
 
 if __name__ == "__main__":

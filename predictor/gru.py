@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from .base import Forecaster, NotFittedError
-from .windows import edge_fill, forecast_origins, recent_matrix, smoothing_weights
+from .windows import (CHANGEPOINT_CONTEXT, changepoint_levels, edge_fill, forecast_origins,
+                      recent_matrix, smoothing_weights)
 
 __all__ = ["GRUSmoothingForecaster", "GRUOnly", "DEFAULT_MODEL_PATH"]
 
@@ -221,6 +222,10 @@ class GRUSmoothingForecaster(_GRUForecaster):
             series, as ``ExponentialSmoothing`` does. The default 0.1 was chosen on
             the validation workers of the Alibaba PAI traces (see evaluate.py).
         context: History used for the level (weights beyond it are negligible).
+        changepoint: Restart the level at change points (``run`` = 2 consecutive
+            points beyond ``changepoint`` times the noise scale, see
+            ``windows.changepoint_levels``), so it follows a regime change in two
+            steps instead of ~``1 / alpha``; ``None``: plain smoothing.
         epochs, batch_size, learning_rate, patience: Training; ``patience`` epochs
             without validation improvement stop training when validation is given.
         refit_epochs: Epochs of fine-tuning per ``refit()`` during training runs.
@@ -236,17 +241,21 @@ class GRUSmoothingForecaster(_GRUForecaster):
     (64, 1)
     """
 
-    _param_names = _GRUForecaster._param_names + ("alpha", "context")
+    _param_names = _GRUForecaster._param_names + ("alpha", "context", "changepoint")
     n_channels = 2
 
     def __init__(self, window: int = 32, units: int = 32, horizon: int = 10,
-                 alpha: float | None = 0.1, context: int = 256, **kwargs):
+                 alpha: float | None = 0.1, context: int = 256,
+                 changepoint: float | None = None, **kwargs):
         super().__init__(window=window, units=units, horizon=horizon, **kwargs)
         if alpha is not None and not (0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be in (0, 1] or None, got {alpha!r}")
         if context < window:
             raise ValueError("context must be >= window")
-        self.alpha, self.context = alpha, int(context)
+        if changepoint is not None and not changepoint > 0:
+            raise ValueError(f"changepoint must be a positive threshold or None, got "
+                             f"{changepoint!r}")
+        self.alpha, self.context, self.changepoint = alpha, int(context), changepoint
         self.alpha_ = alpha
         self._weights_cache = None
 
@@ -267,7 +276,11 @@ class GRUSmoothingForecaster(_GRUForecaster):
         if self._weights_cache is None:
             self._weights_cache = smoothing_weights(self.context, self.alpha_, self.window)
         filled = edge_fill(recent)
-        path = filled @ self._weights_cache           # level after each window step
+        if self.changepoint is None:
+            path = filled @ self._weights_cache       # level after each window step
+        else:
+            tail = recent[:, -max(self.window, CHANGEPOINT_CONTEXT):]
+            path = changepoint_levels(tail, self.alpha_, self.changepoint)[:, -self.window:]
         level = path[:, -1]
         log_level = np.log(level)[:, None]
         x = np.stack([np.log(filled[:, -self.window:]) - log_level, np.log(path) - log_level],

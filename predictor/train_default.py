@@ -2,12 +2,17 @@
 
 Usage::
 
-    python -m predictor.train_default --traces /work/shared/traces/alibaba_pai
+    python -m predictor.train_default --traces /work/shared/traces/alibaba_pai \\
+        --machine-usage /work/shared/traces/alibaba2018_machine_usage
 
-Trains ``GRUSmoothingForecaster`` with its default settings on the *training*
-workers of the same fixed-seed split ``predictor.evaluate`` uses (validation
-workers only for early stopping; test workers never seen), then saves it to
-``predictor/data/gru_smoothing_default.npz`` (or ``--out``).
+Trains ``GRUSmoothingForecaster`` with its default settings, then saves it to
+``predictor/data/gru_smoothing_default.npz`` (or ``--out``). The data are the
+``"all"`` fold of ``predictor.evaluate --holdout job`` (``predictor.heldout``):
+every PAI job's workers except one validation worker per job (early stopping
+only), plus, with ``--machine-usage``, the training half of the 2018
+machine-usage machines; the other half stays held out for the regret evaluation.
+``--holdout worker`` trains on the training workers of the worker split instead
+(its test workers never seen), as releases before issue 21 did.
 """
 
 from __future__ import annotations
@@ -15,25 +20,27 @@ from __future__ import annotations
 import argparse
 import os
 
-from .checks import clean_series
-from .traces import load_traces, split_by_worker
+from .heldout import HOLDOUTS, make_folds
+from .traces import load_traces
 
 __all__ = ["train_default", "main"]
 
 
-def train_default(traces, out=None, seed: int = 0, verbose: bool = True):
-    """Fit the default forecaster on the training split of ``traces`` and save it."""
+def train_default(traces, out=None, seed: int = 0, verbose: bool = True,
+                  machine_usage=None, holdout: str = "job"):
+    """Fit the default forecaster on the training series of ``traces`` and save it."""
     from .gru import DEFAULT_MODEL_PATH, GRUSmoothingForecaster
+    from .regime import split_machines
 
-    train, val, test = split_by_worker(load_traces(traces), seed=seed)
+    extra = split_machines(machine_usage)[0] if machine_usage else {}
+    fold = make_folds(load_traces(traces), holdout, seed, list(extra.values()),
+                      with_all=holdout == "job")[-1]
     if verbose:
-        print("train:", " ".join(s.name for s in train))
-        print("validation (early stopping):", " ".join(s.name for s in val))
-        print("held out (not used):", " ".join(s.name for s in test), flush=True)
+        print("train:", " ".join(fold.names["train"] + list(extra)))
+        print("validation (early stopping):", " ".join(fold.names["validation"]))
+        print("held out (not used):", " ".join(fold.names["test"]) or "-", flush=True)
     model = GRUSmoothingForecaster()
-    model.fit([clean_series(s.speed, s.name) for s in train],
-              validation=[clean_series(s.speed, s.name) for s in val] or None,
-              verbose=int(verbose))
+    model.fit(fold.train, validation=fold.val or None, verbose=int(verbose))
     out = DEFAULT_MODEL_PATH if out is None else out
     model.save(out)
     if verbose:
@@ -48,8 +55,13 @@ def main(argv=None) -> None:
     p.add_argument("--traces", required=True, help="directory of CSV traces (long format)")
     p.add_argument("--out", default=None, help="output file (default: the packaged model)")
     p.add_argument("--seed", type=int, default=0, help="split seed (same as evaluate)")
+    p.add_argument("--machine-usage", default=None,
+                   help="directory of the Alibaba 2018 machine_usage trace (training half)")
+    p.add_argument("--holdout", choices=HOLDOUTS, default="job",
+                   help="job: train on every job; worker: keep the worker split's test out")
     args = p.parse_args(argv)
-    train_default(args.traces, args.out, seed=args.seed)
+    train_default(args.traces, args.out, seed=args.seed, machine_usage=args.machine_usage,
+                  holdout=args.holdout)
 
 
 if __name__ == "__main__":

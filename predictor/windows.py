@@ -13,9 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-__all__ = ["recent_matrix", "edge_fill", "forecast_origins", "exp_smooth", "smoothing_weights"]
+__all__ = ["recent_matrix", "edge_fill", "forecast_origins", "exp_smooth", "smoothing_weights",
+           "changepoint_levels", "CHANGEPOINT_CONTEXT"]
 
 
 def recent_matrix(histories, length: int) -> np.ndarray:
@@ -54,6 +57,52 @@ def smoothing_weights(length: int, alpha: float, last: int = 1) -> np.ndarray:
 def exp_smooth(recent: np.ndarray, alpha: float) -> np.ndarray:
     """Exponential-smoothing level of each NaN-left-padded row (ignoring the padding)."""
     return edge_fill(recent) @ smoothing_weights(recent.shape[1], alpha)[:, 0]
+
+
+#: history the change-point level is computed over (see ``changepoint_levels``).
+CHANGEPOINT_CONTEXT = 96
+
+
+def changepoint_levels(recent: np.ndarray, alpha: float, threshold: float = 3.0,
+                       run: int = 2, min_scale: float = 0.005) -> np.ndarray:
+    """Exponential-smoothing level after each column, restarted at change points.
+
+    Smoothing averages noise away but trails a regime change (a co-located job
+    starting, a pause) by about ``1 / alpha`` steps. Here, when ``run`` consecutive
+    points deviate from the level in the same direction by more than ``threshold``
+    times the row's noise scale, the level jumps to their mean and smoothing goes on
+    from there. The noise scale is the median absolute step of ``log(speed)`` over
+    the row (steps are mostly noise even across regime changes), at least
+    ``min_scale``. Works in log space, so it is scale-free. Returns ``[n, length]``.
+    A Python loop over columns: callers pass the last ``CHANGEPOINT_CONTEXT``
+    points (older ones weigh < 1 % for alpha >= 0.05, and a shift restarts the level).
+
+    >>> x = np.array([[1.0, 1.02, 0.98, 1.0, 1.01, 0.5, 0.51, 0.49]])
+    >>> changepoint_levels(x, alpha=0.1).round(2).tolist()
+    [[1.0, 1.0, 1.0, 1.0, 1.0, 0.93, 0.5, 0.5]]
+    """
+    x = np.log(edge_fill(recent))
+    n, length = x.shape
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # rows without a step: min_scale
+        steps = np.abs(np.diff(np.log(recent), axis=1))
+        scale = np.nan_to_num(np.nanmedian(np.where(steps > 0, steps, np.nan), axis=1))
+    limit = threshold * np.maximum(scale, min_scale)
+    level = x[:, 0].copy()
+    streak = np.zeros(n)  # signed count of consecutive large deviations
+    out = np.empty_like(x)
+    out[:, 0] = level
+    for t in range(1, length):
+        dev = x[:, t] - level
+        sign = np.sign(dev) * (np.abs(dev) > limit)
+        streak = np.where(sign * streak > 0, streak + sign, sign)
+        shift = np.abs(streak) >= run
+        level = level + alpha * dev
+        if shift.any():
+            level[shift] = x[shift, max(0, t - run + 1):t + 1].mean(axis=1)
+            streak[shift] = 0.0
+        out[:, t] = level
+    return np.exp(out)
 
 
 def forecast_origins(series, min_history: int, horizon: int, stride: int = 1,

@@ -7,7 +7,8 @@ import pytest
 
 import predictor
 from predictor import ForecasterFileError, InvalidSpeedWarning
-from predictor.baselines import ExponentialSmoothing, LagRegressor, LastValue, MovingAverage
+from predictor.baselines import (ChangePointSmoothing, ExponentialSmoothing, LagRegressor,
+                                 LastValue, MovingAverage)
 from predictor.windows import forecast_origins
 
 
@@ -24,7 +25,8 @@ def ar1_series(n_series=4, length=400, phi=0.8, sigma=0.1, seed=0):
 
 
 ALL = [LastValue, lambda: MovingAverage(window=5), MovingAverage, ExponentialSmoothing,
-       lambda: ExponentialSmoothing(alpha=0.3), lambda: LagRegressor(lags=8, horizon=5)]
+       lambda: ExponentialSmoothing(alpha=0.3), lambda: LagRegressor(lags=8, horizon=5),
+       ChangePointSmoothing, lambda: ChangePointSmoothing(alpha=0.2, threshold=2.0)]
 
 
 @pytest.mark.parametrize("make", ALL)

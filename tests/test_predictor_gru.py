@@ -57,6 +57,21 @@ def test_untrained_head_equals_exponential_smoothing():
     assert np.allclose(f.predict(series, horizon=5), es, rtol=1e-6)
 
 
+def test_untrained_changepoint_head_equals_changepoint_smoothing():
+    series = regime_series()
+    f = GRUSmoothingForecaster(alpha=0.2, changepoint=3.0, **dict(TINY, epochs=0)).fit(series)
+    cp = predictor.baselines.ChangePointSmoothing(alpha=0.2, threshold=3.0)
+    assert np.allclose(f.predict(series, horizon=5), cp.predict(series, horizon=5), rtol=1e-6)
+    # The slow episodes are followed within a few steps, unlike plain smoothing's level.
+    start = int(np.argmax(np.diff(np.log(series[0])) < -0.5)) + 1
+    hist = [series[0][:start + 3]]
+    drop = series[0][start + 2]
+    plain = GRUSmoothingForecaster(alpha=0.2, **dict(TINY, epochs=0)).fit(series)
+    assert abs(f.predict(hist)[0, 0] / drop - 1) < 0.2 < abs(plain.predict(hist)[0, 0] / drop - 1)
+    with pytest.raises(ValueError, match="changepoint"):
+        GRUSmoothingForecaster(changepoint=0.0)
+
+
 def test_training_beats_the_untrained_reference():
     train, test = regime_series(6, 400, seed=1), regime_series(3, 400, seed=2)
     hist, truth, _ = forecast_origins(test, min_history=8, horizon=5, stride=3)
@@ -139,7 +154,7 @@ def test_evaluate_cli_on_vendored_sample(tmp_path, capsys):
     assert "| GRUSmoothing |" in printed and "MAPE h=10" in printed
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(report["metrics"]) == {"GRUSmoothing", "LastValue", "MovingAverage",
-                                      "ExpSmoothing", "GRUOnly", "LagRegressor"}
+                                      "ExpSmoothing", "GRUOnly", "LagRegressor", "CPSmoothing"}
     assert not set(report["split"]["test"]) & set(report["split"]["train"])
     assert (tmp_path / "out" / "forecasts.png").stat().st_size > 1000
 
