@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from strategies.launch_net import probe
 from strategies.tf_config import TFConfig
 
 
@@ -41,15 +42,14 @@ def free_ports(count: int) -> list[int]:
 
 
 def wait_for_port(port: int, timeout_s: float, proc=None) -> None:
+    """Until something listens on 127.0.0.1:``port`` (``proc``, the server, must not exit)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server process for port {port} exited with code "
                                f"{proc.returncode} before listening")
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if probe(f"127.0.0.1:{port}", timeout_s=0.2) is None:
+            return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout_s:.0f} s")
 

@@ -58,3 +58,27 @@ def test_error_table_reports_tta_and_timing_errors_per_policy():
     row = table.splitlines()[2].split()
     # sim TTA: median of 6 s and never is never ("-"); t@v: median of +50% and +100%.
     assert row[:5] == ["asp", "4.0", "-", "-", "+75%"], table
+
+
+def test_reuse_simulates_again_and_writes_both_sides_as_reports(tmp_path, capsys):
+    """The --reuse path end to end on a saved real.json (here made by the simulator): the
+    error table, and the real and simulated runs as the demo's reports."""
+    import json
+
+    import ksync
+    from cluster_sim.__main__ import main
+    from cluster_sim.sim import SimConfig, simulate
+
+    real = simulate(ksync.BSP(), SimConfig(num_workers=4, max_pushes=240, eval_every=60))
+    real["policy"] = "bsp"  # the harness labels runs by their spec
+    raw = probe_raw({"20": [0.3], "100": [1.1]}, {"20": [0.5], "100": [1.7]})
+    (tmp_path / "real.json").write_text(json.dumps(
+        {"costs": {"raw": raw}, "specs": ["bsp"], "seeds": 1, "results": {"static": [real]}}))
+    out = tmp_path / "out"
+    assert main(["calibrate", "--reuse", str(tmp_path), "--scenarios", "static",
+                 "--seeds", "1", "--out", str(out)]) == 0
+    assert "t@v err" in capsys.readouterr().out
+    for side in ("real", "simulated"):
+        data = json.loads((out / "static" / side / "results.json").read_text())
+        assert [p["policy"] for p in data["policies"]] == ["bsp"]
+    assert (out / "calibration.txt").read_text().startswith("real and simulated")

@@ -414,7 +414,8 @@ def load_results(path) -> tuple[list[dict], dict]:
                 raise KeyError("policies")
         runs = [_upgrade(r) for r in runs]
     except FileNotFoundError:
-        raise ValueError(f"no results.json in {str(path.parent)!r}") from None
+        raise ValueError(f"no results.json in {str(path.parent)!r}" if path.name == "results.json"
+                         else f"no results file {str(path)!r}") from None
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{path}: not a results.json from cluster_sim.report "
                          f"({type(err).__name__}: {err})") from None
