@@ -33,7 +33,7 @@ import time
 import ksync
 from cluster_sim.report import format_table, write_report
 from cluster_sim.sim.engine import SimConfig, Simulation, simulate
-from cluster_sim.sim.speeds import SYNTHETIC
+from cluster_sim.sim.speeds import SYNTHETIC, make_speed_model
 
 __all__ = ["SimConfig", "Simulation", "simulate", "run_policies", "main"]
 
@@ -175,18 +175,17 @@ def run(args) -> int:
             raise ValueError("--policies names no policy")
         for spec in specs:   # fail before any simulation on a bad name or K
             ksync.parse(spec).rule(config.num_workers)
-        from cluster_sim.sim.speeds import make_speed_model
-        scenario = make_speed_model(config.scenario, config.num_workers, config.us_per_sample,
-                                    speeds=config.speeds, traces=config.traces)
+        speeds = make_speed_model(config.scenario, config.num_workers, config.us_per_sample,
+                                  speeds=config.speeds, traces=config.traces).describe()
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"simulating {config.num_workers} workers, {scenario.describe()}, policies "
+    print(f"simulating {config.num_workers} workers, {speeds}, policies "
           f"{', '.join(specs)}, {args.seeds} seed(s)", flush=True)
     results = run_policies(specs, config, seeds=args.seeds)
     out = pathlib.Path(args.out)
     summaries = write_report(
-        out, results, title=f"simulated: {scenario.describe()}",
+        out, results, title=f"simulated: {speeds}",
         meta={"argv": sys.argv, "seeds": args.seeds, "config": dataclasses.asdict(config)})
     print()
     print(format_table(summaries))

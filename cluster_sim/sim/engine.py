@@ -151,7 +151,7 @@ class Simulation:
         if not isinstance(self.policy, ksync.Policy):
             raise TypeError(f"policy must be a ksync.Policy or a name, got {policy!r}")
         n = c.num_workers
-        self.scenario = make_speed_model(
+        self.speed_model = make_speed_model(
             c.scenario, n, c.us_per_sample, seed=c.seed, speeds=c.speeds, traces=c.traces,
             straggler_mean=c.straggler_mean,
             slow_fraction=c.slow_fraction, slow_mean=c.slow_mean)
@@ -215,7 +215,7 @@ class Simulation:
         now = self.clock.now + delay
         b = self.batch_sizes[w]
         self.rows[w] = self.stream.take(w, b)
-        compute = self.scenario.compute_time(w, now, b)
+        compute = self.speed_model.compute_time(w, now, b)
         self.step_time[w] = (compute + c.read_overhead_s + c.step_overhead_s
                              + self.network.step_s)
         before_read = c.read_overhead_s + (compute if c.input_before_read else 0.0)
@@ -431,7 +431,7 @@ class Simulation:
             worker_step_times=[float(t / p) if p else None
                                for t, p in zip(self.worker_time, self.worker_pushes)],
             batch_sizes=self.sizes_over_time, curve=self.curve,
-            scenario=self.scenario.describe(), simulated=True).as_dict()
+            scenario=self.speed_model.describe(), simulated=True).as_dict()
 
 
 def _quantile(hist, q):
