@@ -211,9 +211,7 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
     from cluster_sim.harness.run import RunConfig
     config = sim_config(costs, scenario, RunConfig.from_scenario(scenario))
     runs = run_policies(specs, config, seeds=seeds, data=digits(seed=0), progress=False)
-    labels = {repr(ksync.parse(s)): s for s in specs}  # the harness labels runs by spec
     for run in runs:
-        run["policy"] = labels[run["policy"]]
         if run["tta_s"] is not None:
             upto = [c for c in run["curve"] if c["wall_s"] <= run["tta_s"]]
             run["samples_per_s"] = upto[-1]["pushes"] * config.batch_size / run["tta_s"]

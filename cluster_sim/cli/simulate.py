@@ -18,7 +18,7 @@ python -m cluster_sim simulate --workers 64 --scenario trace \\
 or from Python:
 
 >>> import ksync
->>> from cluster_sim.cli.simulate import SimConfig, simulate
+>>> from cluster_sim.sim import SimConfig, simulate
 >>> r = simulate(ksync.KSync(k=2), SimConfig(num_workers=4, max_pushes=60))
 >>> r["applied"] + r["dropped"] + r["pending"] == r["pushed"] == 60
 True
@@ -32,10 +32,10 @@ import time
 
 import ksync
 from cluster_sim.report import format_table, write_report
-from cluster_sim.sim.engine import SimConfig, Simulation, simulate
+from cluster_sim.sim import SimConfig, Simulation
 from cluster_sim.sim.speeds import SYNTHETIC, make_speed_model
 
-__all__ = ["SimConfig", "Simulation", "simulate", "run_policies", "main"]
+__all__ = ["run_policies", "add_arguments", "config_from_args", "run"]
 
 DEFAULT_POLICIES = "bsp,asp,adaptive"
 
@@ -44,7 +44,8 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=T
                  allocator_factory=None) -> list[dict]:
     """Simulate every policy for seeds ``config.seed .. config.seed + seeds - 1``.
 
-    Each run gets a fresh policy object parsed from its spec (policies keep history).
+    Each run gets a fresh policy object parsed from its spec (policies keep history)
+    and, as in the harness, the spec as its ``policy`` label.
     """
     from cluster_sim.workloads import digits
     results = []
@@ -60,6 +61,8 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=T
             started = time.perf_counter()
             result = sim.run(progress=bar.start(sim, spec, seed) if bar else None)
             result["sim_run_s"] = time.perf_counter() - started
+            if isinstance(spec, str):
+                result["policy"] = spec  # as the harness labels its runs
             if bar:
                 bar.close()
             results.append(result)
