@@ -19,7 +19,8 @@ slow.set_speeds([1.0, 1.0, 0.5, 0.25], us_per_sample=300)
 
 import tf_keras as keras
 import tensorflow as tf
-from tensorflow.python.data.experimental.ops import testing
+
+from ksync.tf_state import sleep_us
 
 
 def per_sample_delays_us(us_per_sample: float, speeds) -> list[float]:
@@ -29,17 +30,6 @@ def per_sample_delays_us(us_per_sample: float, speeds) -> list[float]:
     if any(s < 0 or s != s for s in speeds):
         raise ValueError(f"worker speeds must be >= 0 (1.0 = full speed), got {speeds}")
     return [us_per_sample / s if s > 0 else 0.0 for s in speeds]
-
-
-def sleep_us(microseconds):
-    """An op that sleeps ``microseconds`` without burning CPU, then returns 0.
-
-    ``take(1)`` matters: the sleep transformation sleeps on every request for an element,
-    and ``get_single_element`` asks twice (the second time to check there is no other),
-    which would double the delay.
-    """
-    return tf.data.Dataset.from_tensors(tf.constant(0)).apply(
-        testing.sleep(microseconds)).take(1).get_single_element()
 
 
 class SlowdownLayer(keras.layers.Layer):
@@ -63,7 +53,9 @@ class SlowdownLayer(keras.layers.Layer):
             return inputs
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
         samples = tf.cast(tf.shape(inputs)[0], tf.float32)
-        delay = tf.cast(tf.gather(self.delays, worker) * samples, tf.int64)
+        # A 1-D index: the delays may be a ShardedVariable under a partitioner.
+        delay = tf.cast(tf.gather(self.delays, tf.reshape(worker, [1]))[0] * samples,
+                        tf.int64)
         with tf.control_dependencies([sleep_us(delay)]):
             return tf.identity(inputs)
 

@@ -1,7 +1,7 @@
 """Train a small MLP on scikit-learn's digits with `KSyncStrategy`, unchanged anywhere.
 
 * One machine (no TF_CONFIG): starts a local cluster of one parameter server and
-  ``--workers`` workers as separate processes on 127.0.0.1 (`cluster_sim.LocalCluster`)
+  ``--workers`` workers as separate processes on 127.0.0.1 (`cluster_sim.local_cluster.LocalCluster`)
   and trains on it, this process being the chief:
 
       python examples/train_digits.py --policy bsp

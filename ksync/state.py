@@ -47,8 +47,29 @@ class UpdateState:
         self.contributed = [-1] * num_workers  # version of the round each joined last
 
     def set_rule(self, rule: Rule) -> None:
-        """Switch rule; a round that now has enough gradients commits on its next push."""
+        """Switch rule; a round that now has enough gradients commits when a waiting
+        worker calls `commit_complete_round` or on the next push."""
         self.rule = rule
+
+    def commit_complete_round(self) -> bool:
+        """Commit the current round if it already holds K gradients (K was lowered after
+        they arrived: a worker died, or the others have no steps left).
+
+        >>> state = UpdateState(num_workers=3, rule=Rule(k=3, wait=True, max_staleness=0))
+        >>> _ = state.push(worker=0, version_read=0, samples=8)
+        >>> state.commit_complete_round()
+        False
+        >>> state.set_rule(Rule(k=1, wait=True, max_staleness=0))
+        >>> state.commit_complete_round(), state.version, state.applied, state.pending
+        (True, 1, 1, 0)
+        """
+        if not 0 < self.pending >= self.rule.k:
+            return False
+        self.applied += self.pending
+        self.pending = 0
+        self.pending_samples = 0.0
+        self.version += 1
+        return True
 
     def may_start(self, worker: int) -> bool:
         """Whether `worker` may start a step now (False: it waits for the next version)."""

@@ -1,10 +1,17 @@
 """The parameter-server state that executes a `Rule` inside TensorFlow.
 
-`PSUpdateState` keeps the version, the counters, the current round's weighted gradient
-aggregate and per-worker telemetry in variables on one parameter-server task, and applies
-each push in a `tf.CriticalSection` there, so concurrent pushes from several workers are
-serialised and every push is applied whole or not at all. Its decisions are those of
+`PSUpdateState` keeps the version, the counters and per-worker telemetry in variables on
+one parameter-server task (the *rule task*), and decides each push in a
+`tf.CriticalSection` there, so concurrent pushes from several workers are serialised and
+every push is applied whole or not at all. Its decisions are those of
 `ksync.state.UpdateState` (the tests hold the two to each other).
+
+Variables may be sharded over several PS tasks, as the stock strategy places them. The
+round's weighted gradient aggregate of each variable lives beside that variable, each
+gradient is copied to its variable's task before the lock is taken, and the work on a
+shard's variables runs on that shard's task, under a critical section of its own, in
+parallel with the other shards' work. The version moves only after every shard has
+applied the update, so one version is one model across all shards.
 
 Counters live packed in a few vector variables: every push runs on the PS's CPU beside
 the training step, and each separate variable op costs more than the arithmetic.
@@ -12,7 +19,11 @@ the training step, and each separate variable op costs more than the arithmetic.
 Only the strategy imports this module; the rest of `ksync` never imports TensorFlow.
 """
 
+import collections
+
 import tensorflow as tf
+from tensorflow.python.data.experimental.ops import testing as tf_data_testing
+from tensorflow.python.ops import resource_variable_ops
 
 from ksync.rule import Rule
 
@@ -36,9 +47,55 @@ def _encode(rule: Rule):
             int(rule.stale_action == "downweight"), int(rule.staleness_scaling)]
 
 
+#: longest a worker waits in-graph for the round it joined before its step fails.
+MAX_WAIT_S = 1800.0
+# Sleeps of the in-graph wait: they grow from the first to the last, so a short wait
+# releases within a fraction of a millisecond and a long one costs the PS little CPU.
+_FIRST_SLEEP_US, _LAST_SLEEP_US = 200, 5000
+
+
 def _ops(results):
     """The ops among optimizer update results (some optimizers return None)."""
     return [r for r in tf.nest.flatten(results) if r is not None]
+
+
+def sleep_us(microseconds):
+    """An op that sleeps ``microseconds`` without burning CPU, then returns 0.
+
+    ``take(1)`` matters: the sleep transformation sleeps on every request for an element,
+    and ``get_single_element`` asks twice (the second time to check there is no other),
+    which would double the delay.
+    """
+    return tf.data.Dataset.from_tensors(tf.constant(0)).apply(
+        tf_data_testing.sleep(microseconds)).take(1).get_single_element()
+
+
+def _scale(grad, factor):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.cast(factor, grad.values.dtype) * grad.values,
+                                grad.indices, grad.dense_shape)
+    return tf.cast(factor, grad.dtype) * grad
+
+
+def _all_finite(grad):
+    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    return tf.reduce_all(tf.math.is_finite(values))
+
+
+def _task(device):
+    """(job, task) of a device string: the variables of one task share a lock. A
+    device with no job is this process's own ("localhost")."""
+    spec = tf.DeviceSpec.from_string(device or "")
+    return spec.job or "localhost", spec.task or 0
+
+
+def _copy_to(grad, device):
+    """``grad`` sent to ``device`` (a sparse gradient stays sparse on the wire)."""
+    with tf.device(device):
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices),
+                                    grad.dense_shape)
+        return tf.identity(grad)
 
 
 class PSUpdateState:
@@ -57,6 +114,7 @@ class PSUpdateState:
         self.num_workers = num_workers
         self.device = device
         self._accumulators = {}
+        self._shard_sections = {}
         w = num_workers
         with tf.init_scope(), tf.device(device):
             def var(value, name):
@@ -117,33 +175,87 @@ class PSUpdateState:
         """The round aggregate of ``var``'s gradient, created beside ``var`` on first use."""
         key = var.ref() if hasattr(var, "ref") else id(var)
         if key not in self._accumulators:
-            with tf.init_scope(), tf.device(var.device):
+            # Past the strategy's creator: one plain variable on the variable's task,
+            # never partitioned again (the variable already is one shard).
+            def plain(next_creator, **kwargs):
+                del next_creator
+                return resource_variable_ops.ResourceVariable(**kwargs)
+
+            with tf.init_scope(), tf.device(var.device), tf.variable_creator_scope(plain):
                 self._accumulators[key] = tf.Variable(
                     tf.zeros(var.shape, var.dtype), trainable=False,
                     name=f"ksync/acc/{var.name.split(':')[0]}")
         return self._accumulators[key]
+
+    def _shard_section(self, device):
+        """The critical section guarding the aggregates of the variables on ``device``."""
+        if device not in self._shard_sections:
+            with tf.init_scope(), tf.device(device):
+                self._shard_sections[device] = tf.CriticalSection(name="ksync_shard")
+        return self._shard_sections[device]
+
+    def _on_shards(self, updates, work):
+        """Run ``work(indices)`` on each PS task holding some of ``updates``' variables,
+        in parallel; returns the ops. The rule task's own shard runs under the rule's
+        lock, which its caller holds; every other shard under its own lock, so nothing
+        crosses tasks inside a lock but the decision's few scalars."""
+        by_task, devices = collections.defaultdict(list), {}
+        for i, (_, var, _) in enumerate(updates):
+            task = _task(var.device)
+            by_task[task].append(i)
+            devices.setdefault(task, var.device)
+        done = []
+        for task, indices in by_task.items():
+            device = devices[task]
+            def shard(indices=indices, device=device):
+                with tf.device(device):
+                    return tf.group(work(indices))
+            # The variable's resolved device, not self.device: "/device:CPU:0" in a
+            # process connected to a cluster is "/job:chief/...", and a second lock
+            # taken on the task of the first, inside it, would deadlock.
+            if task == _task(self.counter_vec.device):
+                done.append(shard())
+            else:
+                with tf.device(device):
+                    done.append(self._shard_section(device).execute(
+                        shard, exclusive_resource_access=False))
+        return done
+
+    def _apply_round(self, updates, accumulators, total):
+        """Ops applying every variable's round aggregate divided by ``total`` samples."""
+        def work(indices):
+            ops = []
+            for i in indices:
+                fn, var, _ = updates[i]
+                acc = accumulators[i]
+                applied = _ops(fn(var, acc.read_value() / tf.cast(total, acc.dtype)))
+                with tf.control_dependencies(applied):
+                    ops.append(acc.assign(tf.zeros_like(acc)))
+            return ops
+        return self._on_shards(updates, work)
 
     def push(self, updates, version_read, samples, iteration_time, worker, direct=False):
         """Apply the rule to one pushed gradient; returns the version after the push.
 
         Args:
           updates: list of ``(apply_fn, var, grad)``; ``apply_fn(var, grad)`` is the
-            optimizer's update of ``var``.
+            optimizer's update of ``var``; ``grad`` may be a ``tf.IndexedSlices``.
           version_read: the version the gradient was computed from (int64 scalar).
           samples: examples behind the gradient (float32 scalar).
           iteration_time: seconds the worker took to compute it (float64 scalar).
           worker: worker index (int64 scalar).
           direct: the rule can only have K = 1: apply without the aggregate (faster).
         """
-        grads = [tf.convert_to_tensor(g) for _, _, g in updates]
-        finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+        grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+                 for _, _, g in updates]
+        finite = tf.reduce_all(tf.stack([_all_finite(g) for g in grads]))
         accumulators = [] if direct else [self.accumulator(v) for _, v, _ in updates]
-        # Everything the critical section reads is copied to the PS first: its lock is
-        # taken only once the inputs are there, so a worker frozen or killed mid-push
-        # can never hold the lock (and every other worker) while its tensors are on
-        # the way.
+        # Everything the critical sections read is copied to the PS tasks first, each
+        # gradient to its variable's task: a lock is taken only once the inputs are
+        # there, so a worker frozen or killed mid-push can never hold it (and every
+        # other worker) while its tensors are on the way.
+        grads = [_copy_to(g, v.device) for (_, v, _), g in zip(updates, grads)]
         with tf.device(self.device):
-            grads = [tf.identity(g) for g in grads]
             finite, version_read = tf.identity(finite), tf.identity(version_read)
             samples = tf.cast(samples, tf.float32)
             worker = tf.reshape(tf.cast(worker, tf.int64), [1, 1])
@@ -151,57 +263,60 @@ class PSUpdateState:
         updates = [(fn, v, g) for (fn, v, _), g in zip(updates, grads)]
 
         def body():
-            # Everything the decision computes stays on the PS: a value that bounced to
-            # the worker and back inside the critical section would hold the lock for
-            # several network round trips.
+            # The decision stays on the rule task: a value that bounced to the worker
+            # and back inside the critical section would hold the lock for several
+            # network round trips.
             with tf.device(self.device):
-                return decide_and_apply()
-
-        def decide_and_apply():
-            counters = self.counter_vec.read_value()
-            rule = self.rule_vec.read_value()
-            version, pending = counters[_V], counters[_PENDING]
-            staleness = version - version_read
-            beyond = tf.logical_and(rule[_MAX_S] >= 0, staleness > rule[_MAX_S])
-            scaled = 1.0 / (1.0 + tf.cast(staleness, tf.float32))
-            stale_weight = tf.where(rule[_DOWNWEIGHT] > 0, scaled, 0.0)
-            weight = tf.where(beyond, stale_weight,
-                              tf.where(rule[_SCALING] > 0, scaled, 1.0))
-            weight = tf.where(tf.logical_and(finite, samples > 0), weight, 0.0)
-            accepted = weight > 0.0
-            accepted_i = tf.cast(accepted, tf.int64)
-            in_round = pending + accepted_i
-            commit = tf.logical_and(accepted, in_round >= rule[_K])
-            commit_i = tf.cast(commit, tf.int64)
-
-            if direct:
-                def apply():
-                    return tf.group(_ops([fn(v, tf.cast(weight, g.dtype) * g)
-                                          for fn, v, g in updates]))
-            else:
-                # tf.where, not a multiply: a rejected gradient may hold NaN.
-                adds = [acc.assign_add(tf.where(accepted, tf.cast(weight * samples, g.dtype) * g,
-                                                tf.zeros_like(g)))
-                        for acc, (_, _, g) in zip(accumulators, updates)]
+                counters = self.counter_vec.read_value()
+                rule = self.rule_vec.read_value()
+                version, pending = counters[_V], counters[_PENDING]
+                staleness = version - version_read
+                beyond = tf.logical_and(rule[_MAX_S] >= 0, staleness > rule[_MAX_S])
+                scaled = 1.0 / (1.0 + tf.cast(staleness, tf.float32))
+                stale_weight = tf.where(rule[_DOWNWEIGHT] > 0, scaled, 0.0)
+                weight = tf.where(beyond, stale_weight,
+                                  tf.where(rule[_SCALING] > 0, scaled, 1.0))
+                weight = tf.where(tf.logical_and(finite, samples > 0), weight, 0.0)
+                accepted = weight > 0.0
+                accepted_i = tf.cast(accepted, tf.int64)
+                in_round = pending + accepted_i
+                commit = tf.logical_and(accepted, in_round >= rule[_K])
+                commit_i = tf.cast(commit, tf.int64)
                 total = self.pending_samples.read_value() + \
                     tf.cast(accepted, tf.float32) * samples
 
-                def apply():
-                    with tf.control_dependencies(adds):
-                        applies = [fn(v, acc.read_value() / tf.cast(total, acc.dtype))
-                                   for acc, (fn, v, _) in zip(accumulators, updates)]
-                    with tf.control_dependencies(_ops(applies)):
-                        return tf.group([acc.assign(tf.zeros_like(acc)) for acc in accumulators])
+            if direct:
+                def work(indices):
+                    return tf.cond(commit, lambda: tf.group(_ops([
+                        updates[i][0](updates[i][1], _scale(updates[i][2], weight))
+                        for i in indices])), tf.no_op)
+                shard_ops = self._on_shards(updates, work)
+            else:
+                def add(indices):
+                    ops = []
+                    for i in indices:
+                        acc, g = accumulators[i], updates[i][2]
+                        if isinstance(g, tf.IndexedSlices):
+                            # tf.where, not a multiply: a rejected gradient may hold NaN.
+                            values = tf.where(accepted, _scale(g, weight * samples).values,
+                                              tf.zeros_like(g.values))
+                            ops.append(acc.scatter_add(tf.IndexedSlices(values, g.indices)))
+                        else:
+                            ops.append(acc.assign_add(tf.where(
+                                accepted, _scale(g, weight * samples), tf.zeros_like(g))))
+                    return ops
+                added = self._on_shards(updates, add)
+                with tf.control_dependencies(added):
+                    shard_ops = [tf.cond(commit, lambda: tf.group(self._apply_round(
+                        updates, accumulators, total)), tf.no_op)]
 
-            with tf.control_dependencies([] if direct else adds):
-                applied = tf.cond(commit, apply, tf.no_op)
-            applied_now = commit_i * in_round
-            delta = tf.stack([commit_i, tf.constant(1, tf.int64), applied_now,
-                              1 - accepted_i, 1 - tf.cast(finite, tf.int64),
-                              accepted_i - applied_now])
-            bin_index = tf.minimum(tf.maximum(staleness, 0), STALENESS_BINS - 1)
-            dropped_f = tf.cast(1 - accepted_i, tf.float64)
-            with tf.control_dependencies([applied]):
+            with tf.device(self.device), tf.control_dependencies(shard_ops):
+                applied_now = commit_i * in_round
+                delta = tf.stack([commit_i, tf.constant(1, tf.int64), applied_now,
+                                  1 - accepted_i, 1 - tf.cast(finite, tf.int64),
+                                  accepted_i - applied_now])
+                bin_index = tf.minimum(tf.maximum(staleness, 0), STALENESS_BINS - 1)
+                dropped_f = tf.cast(1 - accepted_i, tf.float64)
                 bookkeeping = [
                     self.counter_vec.assign_add(delta),
                     self.contributed.scatter_nd_max(
@@ -219,10 +334,88 @@ class PSUpdateState:
                 if not direct:
                     bookkeeping.append(self.pending_samples.assign(
                         tf.where(commit, 0.0, total)))
-            with tf.control_dependencies(bookkeeping):
-                return self.counter_vec[_V]
+                with tf.control_dependencies(bookkeeping):
+                    return self.counter_vec[_V]
 
-        # On the PS too: the section's result copies and the lock's release, so
+        # On the rule task too: the section's result copies and the lock's release, so
         # releasing it never waits on a round trip to the worker.
         with tf.device(self.device):
             return self.critical_section.execute(body, exclusive_resource_access=False)
+
+    def commit_complete_round(self, updates):
+        """Commit the current round if it already holds K gradients (K was lowered
+        after they arrived: a worker died, or the others have no steps left); returns
+        whether it did. ``updates`` as for `push` (their gradients are not used)."""
+        accumulators = [self.accumulator(v) for _, v, _ in updates]
+
+        def body():
+            with tf.device(self.device):
+                counters = self.counter_vec.read_value()
+                pending = counters[_PENDING]
+                commit = tf.logical_and(pending > 0, pending >= self.rule_vec[_K])
+                total = self.pending_samples.read_value()
+
+            def apply():
+                with tf.control_dependencies(self._apply_round(updates, accumulators, total)):
+                    with tf.device(self.device):
+                        return tf.group(
+                            self.counter_vec.assign_add(tf.stack([
+                                tf.constant(1, tf.int64), tf.constant(0, tf.int64), pending,
+                                tf.constant(0, tf.int64), tf.constant(0, tf.int64),
+                                -pending])),
+                            self.pending_samples.assign(0.0))
+
+            with tf.control_dependencies([tf.cond(commit, apply, tf.no_op)]):
+                return tf.identity(commit)
+
+        with tf.device(self.device):
+            return self.critical_section.execute(body, exclusive_resource_access=False)
+
+    def wait_turn(self, worker, updates, max_wait_s: float = MAX_WAIT_S):
+        """The version at which ``worker`` may start its next step, after waiting for it.
+
+        Under a rule with ``wait``, a worker whose gradient joined the current round
+        waits until the round commits; a round that already holds K gradients (K was
+        lowered) is committed here. The loop runs on the rule task and sleeps between
+        checks, so waiting costs no network round trip per check and no CPU on the
+        worker. It is what keeps a synchronous rule exact when several steps run inside
+        one scheduled function (``steps_per_execution``, custom loops). A wait longer
+        than ``max_wait_s`` fails the step with an error naming the round.
+        """
+        worker = tf.cast(worker, tf.int64)
+        polls = int(max(1.0, max_wait_s * 1e6 / _LAST_SLEEP_US))
+        with tf.device(self.device):
+            def gated():
+                counters = self.counter_vec.read_value()
+                rule = self.rule_vec.read_value()
+                version = counters[_V]
+                waits = tf.logical_and(rule[_WAIT] > 0, self.contributed[worker] == version)
+                complete = tf.logical_and(counters[_PENDING] > 0,
+                                          counters[_PENDING] >= rule[_K])
+                return waits, complete, version
+
+            def cond(i, is_gated, version):
+                del version
+                return tf.logical_and(is_gated, i < polls)
+
+            def body(i, is_gated, version):
+                del is_gated, version
+                _, complete, _ = gated()
+                committed = tf.cond(complete, lambda: self.commit_complete_round(updates),
+                                    lambda: tf.constant(False))
+                pause = tf.cast(tf.minimum(_FIRST_SLEEP_US * tf.pow(2, tf.minimum(i, 8)),
+                                           _LAST_SLEEP_US), tf.int64)
+                slept = tf.cond(committed, lambda: tf.constant(0),
+                                lambda: sleep_us(pause))
+                with tf.control_dependencies([slept]):
+                    still, _, now = gated()
+                return i + 1, still, now
+
+            first, _, version = gated()
+            i, still, version = tf.while_loop(cond, body, (tf.constant(0), first, version))
+            check = tf.debugging.Assert(tf.logical_not(still), [
+                "ksync: a worker waited more than", max_wait_s,
+                "s for the round of version", version, "to commit; the other workers "
+                "are gone or stopped. Check the cluster, or use an asynchronous policy."])
+            with tf.control_dependencies([check]):
+                return tf.identity(version)

@@ -28,9 +28,7 @@ _CONTRACT = ("with batch_allocation, dataset_fn must return unbatched examples (
 class BatchAllocation:
     """Sizes on the PS, their per-worker copies, and the batching of worker input."""
 
-    def __init__(self, strategy, schedule, num_workers: int, ps_device: str):
-        self.schedule = schedule
-        initial = schedule.initial(num_workers)
+    def __init__(self, strategy, initial, ps_device: str):
         with tf.init_scope(), tf.device(ps_device):
             self.sizes = tf.Variable(tf.constant(initial, tf.int64), trainable=False,
                                      name="ksync/batch_sizes")

@@ -44,15 +44,9 @@ import time
 import tensorflow as tf
 import tf_keras as keras
 
-import ksync
 
 #: What `fit` raises when a parameter server dies (it varies with the moment of death).
 PS_FAILURES = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError)
-
-
-def _rule_to_dict(rule):
-    return {"k": rule.k, "wait": rule.wait, "max_staleness": rule.max_staleness,
-            "stale_action": rule.stale_action, "staleness_scaling": rule.staleness_scaling}
 
 
 class KSyncCheckpoint:
@@ -66,7 +60,7 @@ class KSyncCheckpoint:
     """
 
     def __init__(self, strategy, model, directory, max_to_keep: int = 3):
-        from strategies.ksync_strategy import KSyncStrategy, _KSyncExtended
+        from strategies.ksync_strategy import KSyncStrategy
         if not isinstance(strategy, KSyncStrategy):
             raise TypeError(f"KSyncCheckpoint needs a KSyncStrategy, got "
                             f"{type(strategy).__name__}.")
@@ -74,19 +68,7 @@ class KSyncCheckpoint:
             raise ValueError("compile the model before creating its KSyncCheckpoint: the "
                              "optimizer's state is part of the checkpoint.")
         self.strategy, self.model, self.directory = strategy, model, os.fspath(directory)
-        state = strategy._state
-        with strategy.scope():
-            # Slots and the round aggregates must exist to be saved and restored; they are
-            # otherwise created lazily by the first step.
-            model.optimizer.build(model.trainable_variables)
-            accumulators = [state.accumulator(_KSyncExtended._unwrap(v))
-                            for v in model.trainable_variables]
-        ps_state = dict(counters=state.counter_vec, rule=state.rule_vec,
-                        contributed=state.contributed, worker_sums=state.worker_sums,
-                        worker_last=state.worker_last, staleness=state.staleness_hist,
-                        pending_samples=state.pending_samples, accumulators=accumulators)
-        if strategy._allocation is not None:
-            ps_state["batch_sizes"] = strategy._allocation.sizes
+        ps_state = strategy.checkpoint_objects(model)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
                                                ksync=tf.train.Checkpoint(**ps_state))
         self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory,
@@ -101,20 +83,16 @@ class KSyncCheckpoint:
         """Write a checkpoint for ``epoch`` finished epochs; its path prefix."""
         strategy = self.strategy
         # The rule and the sizes must not change between their PS copy and the chief's.
-        with strategy._rule_lock:
+        with strategy.rule_lock:
             # Side files first: until the checkpoint itself is written, `latest` is still
             # the previous one, so a crash in between leaves a restorable directory.
             path = os.path.join(self.directory, f"ckpt-{int(epoch)}")
             os.makedirs(self.directory, exist_ok=True)
             side = {"epoch": int(epoch), "policy": repr(strategy.policy),
-                    "policy_rule": _rule_to_dict(strategy._policy_rule),
-                    "rule": _rule_to_dict(strategy.rule),
-                    "history": [[v, _rule_to_dict(r), why]
-                                for v, r, why in strategy.policy.history]}
-            schedule = strategy._allocation.schedule if strategy._allocation else None
+                    **strategy.controller.get_state()}
+            schedule = strategy.controller.schedule
             if schedule is not None:
-                side["allocation"] = {"sizes": schedule.sizes, "history": schedule.history,
-                                      "allocator": _allocator_state(schedule.allocator)}
+                side["allocation"]["allocator"] = _allocator_state(schedule.allocator)
                 if schedule.forecaster is not None:
                     schedule.forecaster.save(f"{path}.forecaster.npz")
             tmp = f"{path}.ksync.json.tmp"
@@ -148,11 +126,12 @@ class KSyncCheckpoint:
         if side["policy"] != repr(strategy.policy):
             raise ValueError(f"checkpoint {path} was written under {side['policy']}, this "
                              f"strategy runs {strategy.policy!r}; use the same policy.")
-        if ("allocation" in side) != (strategy._allocation is not None):
+        schedule = strategy.controller.schedule
+        if ("allocation" in side) != (schedule is not None):
             raise ValueError(f"checkpoint {path} was written "
                              f"{'with' if 'allocation' in side else 'without'} batch "
                              "allocation; build the strategy the same way.")
-        with strategy._rule_lock:
+        with strategy.rule_lock:
             try:
                 self._checkpoint.restore(path).assert_existing_objects_matched()
             except (ValueError, AssertionError, tf.errors.OpError) as err:
@@ -161,15 +140,9 @@ class KSyncCheckpoint:
                     f"({type(err).__name__}: {err}). Build the same model, optimizer, "
                     "policy and batch allocation as the run that wrote it, or start afresh "
                     f"in another directory than {self.directory}.") from err
-            strategy.policy.history = [(v, ksync.Rule(**r), why)
-                                       for v, r, why in side["history"]]
-            strategy._policy_rule = ksync.Rule(**side["policy_rule"])
-            strategy._rule = ksync.Rule(**side["rule"])  # its PS copy was restored above
-            allocation = side.get("allocation")
-            if allocation is not None:
-                schedule = strategy._allocation.schedule
-                schedule.sizes, schedule.history = allocation["sizes"], allocation["history"]
-                _set_allocator_state(schedule.allocator, allocation["allocator"])
+            strategy.controller.set_state(side)  # the rule's PS copy was restored above
+            if schedule is not None:
+                _set_allocator_state(schedule.allocator, side["allocation"]["allocator"])
                 if schedule.forecaster is not None:
                     schedule.forecaster = type(schedule.forecaster).load(
                         f"{path}.forecaster.npz")
@@ -200,12 +173,6 @@ def _set_allocator_state(allocator, state):
     import numpy as np
     allocator._anchor = None if state["anchor"] is None else np.array(state["anchor"])
     allocator._current = state["current"]
-
-
-def stop_coordinator(strategy) -> None:
-    """End the threads of a strategy whose parameter server died (they would keep
-    retrying the dead server)."""
-    strategy.coordinator._cluster.stop()
 
 
 def wait_for_ps(cluster_resolver, timeout_s: float = 300.0, poll_s: float = 0.5) -> None:

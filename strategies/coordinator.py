@@ -7,6 +7,12 @@ worker whose gradient joined the current round does not take another closure unt
 PS version moves on. The wait is a Python condition in the coordinator, so it costs no
 CPU on the workers and never blocks inside a TensorFlow function, where a failed
 worker could leave a scheduled function hanging.
+
+Between steps that run inside one scheduled function (``steps_per_execution > 1``, a
+custom loop with several steps per function) the wait happens in the graph, on the PS
+(`PSUpdateState.wait_turn`). A monitor thread then keeps the rule refreshed while every
+worker is inside a function: it is what lowers K when a worker dies or stalls, or when
+the others have no steps left for the round to complete.
 """
 
 import collections
@@ -14,6 +20,7 @@ import logging
 import statistics
 import threading
 import time
+import weakref
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 
@@ -21,6 +28,8 @@ from ksync.policies import RECENT_STEPS, stalled_workers
 
 #: seconds between re-checks while waiting, in case a notification is missed.
 _RECHECK_S = 0.5
+#: seconds between two refreshes by the monitor while steps run.
+_MONITOR_S = 0.25
 
 
 class _GatedClosureQueue:
@@ -79,6 +88,14 @@ class _GatedClosureQueue:
             self.steps[tag] += 1
             self.recent[tag].append(elapsed)
 
+    def running_workers(self):
+        """Workers running a step now."""
+        return set(self._started)
+
+    def has_queued(self) -> bool:
+        """Whether steps are waiting for a worker to take them."""
+        return not self._queue._queue.empty()
+
     def in_flight_s(self):
         """Seconds each worker has been running its current step (None: not running)."""
         now = time.monotonic()
@@ -101,12 +118,21 @@ class _GatedClosureQueue:
         if due:
             self._refresh(live)
 
-    def _refresh(self, live=None):
+    def _refresh(self, live=None, wait=False, quiet=False):
         # An exception here would kill the coordinator's worker thread and hang training.
         try:
-            if self._strategy.refresh_rule() and live is not None:
+            if self._strategy.refresh_rule(wait=wait) and live is not None:
                 self._live = live
-        except Exception:  # pylint: disable=broad-except
+        except Exception as e:  # pylint: disable=broad-except
+            if not self._queue._should_process_closures:
+                return  # shutting down: the PS may already be gone
+            if quiet:
+                # The monitor retries every tick; a lost PS is reported by the steps.
+                logging.warning("ksync: could not refresh the synchronisation rule "
+                                "(%s: %s); keeping %s", type(e).__name__,
+                                str(e).splitlines()[0] if str(e) else "",
+                                self._strategy.rule.describe())
+                return
             logging.exception("ksync: could not refresh the synchronisation rule; "
                               "keeping %s", self._strategy.rule.describe())
         with self._changed:
@@ -124,7 +150,7 @@ class _GatedClosureQueue:
             if self._snapshot is None or self._snapshot[0] < seen:
                 with self._changed:
                     started = self._generation
-                version, contributed, complete = self._strategy._state.gate_state()
+                version, contributed, complete = self._strategy.gate_state()
                 self._snapshot = (started, int(version), contributed.numpy(), bool(complete))
             return self._snapshot[1:]
 
@@ -165,7 +191,26 @@ class _GatedClosureQueue:
         if tag is not None and closure is not None and not isinstance(
                 closure, cc.ResourceClosure):
             self._started[tag] = (time.monotonic(), closure)
+            if self._strategy.rule_capped_for_work():
+                # K was lowered because the other workers had no steps left; steps
+                # arrive again, so K goes back up before this one pushes.
+                self._refresh(wait=True)
         return closure
+
+    def monitor(self):
+        """One monitor tick: refresh the rule while steps run (see the module doc)."""
+        if self._strategy.waits_in_graph and (self._started or self.has_queued()):
+            self._refresh(quiet=True)
+
+
+def _monitor(queue_ref):
+    while True:
+        time.sleep(_MONITOR_S)
+        queue = queue_ref()
+        if queue is None or not queue._queue._should_process_closures:
+            return
+        queue.monitor()
+        del queue
 
 
 class KSyncCoordinator(cc.ClusterCoordinator):
@@ -175,8 +220,12 @@ class KSyncCoordinator(cc.ClusterCoordinator):
         initialised = getattr(self, "_has_initialized", False)
         super().__init__(strategy)
         if not initialised:
-            self._cluster.closure_queue = _GatedClosureQueue(
-                self._cluster.closure_queue, strategy, len(self._cluster.workers))
+            queue = _GatedClosureQueue(self._cluster.closure_queue, strategy,
+                                       len(self._cluster.workers))
+            self._cluster.closure_queue = queue
+            if strategy.needs_monitor:
+                threading.Thread(target=_monitor, args=(weakref.ref(queue),),
+                                 name="ksync-monitor", daemon=True).start()
 
     def worker_busy(self):
         """(seconds each worker spent executing steps, steps each executed)."""
@@ -201,6 +250,15 @@ class KSyncCoordinator(cc.ClusterCoordinator):
     def retried(self) -> int:
         """Steps re-run on another worker because their worker failed mid-step."""
         return self._cluster.closure_queue.retried
+
+    def workers_with_work(self):
+        """Live workers that can still push in the current round: all of them while
+        steps are queued, else those running a step (None: steps are queued)."""
+        queue = self._cluster.closure_queue
+        if queue.has_queued():
+            return None
+        running = queue.running_workers()
+        return [w for w in self.live_workers() if w in running]
 
     def live_workers(self):
         """Indices of workers with no unrecovered failure."""

@@ -29,16 +29,18 @@ strategy; with K-sync, K steps make one update. ``optimizer.iterations`` counts 
 """
 
 import contextlib
-import dataclasses
 import os
 import sys
 import tempfile
 import threading
+import weakref
 
 import tensorflow as tf
 from tensorflow.python.autograph.core import ag_ctx as autograph_ctx
 from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.distribute import parameter_server_strategy_v2 as pss_v2
+from tensorflow.python.distribute.sharded_variable import ShardedVariable
+from tensorflow.python.ops import control_flow_v2_func_graphs
 
 import ksync
 from ksync.tf_state import PSUpdateState
@@ -46,9 +48,13 @@ from predictor.schedule import AllocationSchedule
 from strategies.allocation import BatchAllocation
 from strategies.compat import check_tensorflow_version
 from strategies.coordinator import KSyncCoordinator
-from strategies.telemetry import build_telemetry, staleness_quantile
+from strategies.telemetry import build_telemetry
 
 check_tensorflow_version()
+
+# Named, not super(): autograph may convert the method that calls it (a user's loop
+# calling strategy.run from a list comprehension), and converted code has no super().
+_STOCK_RUN = pss_v2.ParameterServerStrategyV2.run
 
 _KERAS3_HINT = ("KSyncStrategy (like TensorFlow's parameter-server training) works with "
                 "tf_keras, not Keras 3: `pip install tf-keras` and use `import tf_keras as "
@@ -74,9 +80,9 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
     def _update(self, var, fn, args, kwargs, group):
         if self._collecting is None:
             return super()._update(var, fn, args, kwargs, group)
+        # A sparse gradient (an Embedding's) stays sparse: on the wire, in the round's
+        # aggregate and in the optimizer's update.
         (grad,) = self._select_single_value(args)
-        if isinstance(grad, tf.IndexedSlices):
-            grad = tf.convert_to_tensor(grad)
         base = super()._update
         kwargs = kwargs or {}
 
@@ -111,31 +117,48 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
     Args:
       cluster_resolver: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g.
         `TFConfigClusterResolver()` on a real cluster) with "ps" and "worker" jobs.
+      variable_partitioner: as for the stock strategy (e.g.
+        `tf.distribute.experimental.partitioners.MinSizePartitioner(max_shards=num_ps)`):
+        variables are placed and sharded over the PS tasks exactly as it does.
       policy: a `ksync.Policy` or its name ("bsp", "asp", "ssp", "ksync", "kasync",
-        "backup", "adaptive"); default `ksync.Adaptive()`.
-      variable_partitioner: as for the stock strategy (only with one PS task).
+        "backup", "adaptive"); default `ksync.Adaptive()`. Keyword only, like every
+        argument after the stock strategy's two.
       batch_allocation: a `predictor.BatchAllocator` to give each worker its own batch
         size in proportion to its speed (the dataset_fn must then return unbatched
         examples; see `strategies.allocation`). None: the input's own batches.
       forecaster: a fitted `predictor.Forecaster` predicting each worker's speed for
-        the allocation, e.g. `predictor.GRUSmoothingForecaster.default()`. The strategy
-        trains its own copy online (connecting to the cluster invalidates Keras
-        variables made before it); `KSyncCheckpoint` saves that copy.
+        the allocation, e.g. `predictor.GRUSmoothingForecaster.default()`;
+        `KSyncCheckpoint` saves it with the run.
       allocation_mode: "static" (profile, then keep the first allocation), "last"
         (re-allocate from the last measured speeds), "forecast" (the default when a
         forecaster is given) or "deadline" (each worker gets what it finishes in the
         fastest worker's time for an equal share; the global batch shrinks).
       allocate_every: updates between two allocations (R); the first allocation comes
         after this many updates at equal sizes (the profiling phase).
+
+    The rule's state (version, counters) lives on PS task 0; each variable's round
+    aggregate lives beside the variable, and each shard's part of an update runs on its
+    own task in parallel with the others. The version moves once every shard has
+    applied the update.
     """
 
-    def __init__(self, cluster_resolver, policy=None, variable_partitioner=None,
+    def __init__(self, cluster_resolver, variable_partitioner=None, *, policy=None,
                  batch_allocation=None, forecaster=None, allocation_mode=None,
                  allocate_every: int = 20):
         if not isinstance(cluster_resolver, tf.distribute.cluster_resolver.ClusterResolver):
             raise TypeError("cluster_resolver must be a tf.distribute.cluster_resolver."
                             "ClusterResolver (e.g. TFConfigClusterResolver()), got "
                             f"{type(cluster_resolver).__name__}.")
+        if variable_partitioner is not None and not callable(variable_partitioner):
+            # ksync's policy used to be the second argument; the stock one is this.
+            raise TypeError(
+                "variable_partitioner must be a partitioner (e.g. tf.distribute."
+                "experimental.partitioners.MinSizePartitioner(...)) or None, got "
+                f"{type(variable_partitioner).__name__}; pass ksync's policy by keyword: "
+                "KSyncStrategy(resolver, policy=ksync.BSP()).")
+        # The stock strategy's own checks first, with its messages ("There must be at
+        # least one ps."), then ksync's.
+        pss_v2.ParameterServerStrategyV2._verify_args_and_config(self, cluster_resolver)
         if policy is None:
             policy = ksync.Adaptive()
         elif isinstance(policy, str):
@@ -143,52 +166,46 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         elif not isinstance(policy, ksync.Policy):
             raise TypeError(f"policy must be a ksync.Policy or a policy name, got "
                             f"{type(policy).__name__}.")
-        spec = cluster_resolver.cluster_spec().as_dict()
-        num_ps = len(spec.get("ps", []))
-        num_workers = len(spec.get("worker", []))
-        if num_ps != 1:
-            raise ValueError(f"KSyncStrategy needs exactly one 'ps' task (it serialises "
-                             f"updates on it); the cluster has {num_ps}.")
+        num_workers = len(cluster_resolver.cluster_spec().as_dict()["worker"])
         # Validate before connecting, so bad settings fail fast and without network.
-        rule = policy.rule(num_workers)
         schedule = None
         if batch_allocation is not None:
-            if not isinstance(allocate_every, int) or allocate_every < 1:
-                raise ValueError(f"allocate_every must be an integer >= 1, got "
-                                 f"{allocate_every!r}.")
             schedule = AllocationSchedule(batch_allocation, forecaster, allocation_mode)
             batch_allocation.check_feasible(num_workers)
         elif forecaster is not None or allocation_mode is not None:
             raise ValueError("forecaster and allocation_mode need batch_allocation="
                              "predictor.BatchAllocator(global_batch, ...).")
+        controller = ksync.RuleController(policy, num_workers, schedule, allocate_every)
         snapshot = _Snapshot(forecaster) if forecaster is not None else None
         super().__init__(cluster_resolver, variable_partitioner)
         if snapshot is not None:
             schedule.forecaster = snapshot.restore()
         self._extended.__class__ = _KSyncExtended
-        self._policy = policy
-        self._policy_rule = rule  # what the policy asks for; _rule is what runs
-        self._rule = rule
+        #: the control loop around the policy, shared with the simulator.
+        self.controller = controller
+        rule = controller.rule
         self._num_worker_tasks = num_workers
         self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0")
         # Adaptive rules may reach K = 1 later, so only static K = 1 takes the short path.
-        self._direct = rule.k == 1 and type(policy).observe is ksync.Policy.observe
-        self._rule_lock = threading.Lock()
-        self._observed = None  # (counters, busy seconds, steps) at the last observation
-        self._allocated = None  # the same at the last allocation
-        self._allocate_every = allocate_every
+        static = type(policy).observe is ksync.Policy.observe
+        self._direct = rule.k == 1 and static
+        # Whether a worker may ever have to wait for the round it joined.
+        self._may_wait = rule.wait or not static
+        # graph -> (worker, updates) of its last push whose round nothing waits for yet
+        self._unwaited = weakref.WeakKeyDictionary()
+        #: held while the rule changes; hold it to read or restore a consistent state.
+        self.rule_lock = threading.Lock()
+        self._waits_in_graph = False  # a traced step waits for its round in the graph
+        self._allocation = None  # before the coordinator: its threads read it at once
         self.coordinator = KSyncCoordinator(self)
-        self._allocation = None
         if schedule is not None:
-            self._allocation = BatchAllocation(self, schedule, num_workers,
+            self._allocation = BatchAllocation(self, controller.sizes,
                                                "/job:ps/replica:0/task:0")
 
     @property
     def refresh_every(self) -> int:
         """Steps between two `refresh_rule` calls by the coordinator (0: none due)."""
-        periods = [p for p in (self._policy.refresh_every,
-                               self._allocate_every if self._allocation else 0) if p]
-        return min(periods) if periods else 0
+        return self.controller.refresh_every
 
     # -- input ----------------------------------------------------------------------------
     def distribute_datasets_from_function(self, dataset_fn, options=None):
@@ -214,101 +231,153 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
     def _run_and_push(self, fn, args, kwargs, options):
         ext = self._extended
         if not tf.inside_function() or ext._collecting is not None:
-            return super().run(fn, args, kwargs, options)
+            return _STOCK_RUN(self, fn, args, kwargs, options)
         state = self._state
+        graph = tf.compat.v1.get_default_graph()
+        # An earlier step traced into this same function (a custom loop running several
+        # steps per scheduled function) must have its round settled before this one
+        # reads a parameter: the coordinator's gate acts only between functions.
+        before = self._unwaited.pop(graph, None)
+        before = [state.wait_turn(*before)] if before is not None else []
         marks = {}
 
         def timed_fn(*a, **kw):
             # The version is read before any parameter, in the replica's own thread, so
             # the staleness charged to the gradient is never under-counted.
-            marks["start"] = tf.timestamp()
+            with tf.control_dependencies(before):
+                marks["start"] = tf.timestamp()
             with tf.control_dependencies([marks["start"]]):
                 marks["version"] = state.version
             with tf.control_dependencies([marks["version"]]):
                 return fn(*a, **kw)
 
         with ext.collecting() as updates:
-            outputs = super().run(timed_fn, args, kwargs, options)
+            outputs = _STOCK_RUN(self, timed_fn, args, kwargs, options)
         if updates:
             grads = [g for _, _, g in updates]
             with tf.control_dependencies(grads):
                 elapsed = tf.timestamp() - marks["start"]
             worker = _current_worker()
-            state.push(updates, marks["version"], _batch_size(args, kwargs), elapsed,
-                       worker, direct=self._direct)
+            pushed = state.push(updates, marks["version"], _batch_size(args, kwargs),
+                                elapsed, worker, direct=self._direct)
             if self._allocation is not None:
                 self._allocation.sync_local(worker)
+            if self._may_wait:
+                self._waits_in_graph = True
+                if _inside_loop(graph):
+                    # steps_per_execution > 1 or a user's tf.while_loop: the next
+                    # iteration is the next step, so the wait goes right after the push.
+                    with tf.control_dependencies([pushed]):
+                        settled = state.wait_turn(worker, updates)
+                    outputs = _after(settled, outputs)
+                else:
+                    self._unwaited[graph] = (worker, updates)
         return outputs
 
     # -- policy ---------------------------------------------------------------------------
     @property
     def policy(self) -> ksync.Policy:
-        return self._policy
+        return self.controller.policy
 
     @property
     def rule(self) -> ksync.Rule:
-        return self._rule
-
-    def _set_rule(self, rule: ksync.Rule) -> None:
-        self._state.set_rule(rule)
-        self._rule = rule
+        """The rule the PS runs now."""
+        return self.controller.rule
 
     def _live_workers(self):
         return self.coordinator.live_workers()
 
-    def refresh_rule(self) -> bool:
-        """Give the policy the measurements since its last observation, cap K at the
-        live workers and apply the resulting rule; re-allocate batch sizes when due.
+    @property
+    def needs_monitor(self) -> bool:
+        """Whether the coordinator may have to refresh the rule while every worker is
+        inside a scheduled function (see `waits_in_graph`)."""
+        return self._may_wait
+
+    @property
+    def waits_in_graph(self) -> bool:
+        """Whether a traced step waits in the graph for the round it joined (several
+        steps per scheduled function): then only the coordinator's monitor sees a
+        worker die or stall, or the others run out of steps."""
+        return self._waits_in_graph
+
+    def rule_capped_for_work(self) -> bool:
+        """Whether K is lowered now because other workers had no steps left."""
+        return self.controller.capped_for_work
+
+    def refresh_rule(self, wait: bool = False) -> bool:
+        """Measure, let the controller decide (`ksync.RuleController.refresh`: the
+        policy's observation when due, K capped at the live workers and at the workers
+        that can still push in this round, the allocation when due) and apply it.
+
+        K drops to the workers still running a step when no step is queued and each of
+        them waits in the graph for the current round: it could never complete
+        otherwise (the end of an epoch with several steps per scheduled function, a
+        custom loop running fewer steps than K).
 
         Called by the coordinator as training runs (every `refresh_every` steps, when
-        the set of live workers changes, and while workers wait in vain); safe to call
-        from any thread. Returns False if another thread was refreshing."""
-        if not self._rule_lock.acquire(blocking=False):
+        the set of live workers changes, and while workers wait); safe to call from
+        any thread. Returns False if another thread was refreshing (``wait``: waits for
+        it instead)."""
+        if not self.rule_lock.acquire(blocking=wait):
             return False
         try:
-            now = (self._state.counters(), *self.coordinator.worker_busy())
-            live = tuple(self._live_workers())
-            version = now[0]["version"]
-            if self._observed is None:
-                self._observed = now
-            elif self._policy.refresh_every and (
-                    version - self._observed[0]["version"] >= self._policy.refresh_every
-                    or self.coordinator.stalled()):
-                proposed = self._policy.observe(_observation(
-                    self._observed[0], now[0], *self.coordinator.iteration_times(), live))
-                if proposed is not None:
-                    self._policy_rule = proposed
-                self._observed = now
-            rule = self._policy_rule
-            if rule.k > len(live) > 0:
-                # A K the live workers cannot reach would stall every round.
-                rule = dataclasses.replace(rule, k=len(live))
-            if rule != self._rule:
-                if rule != self._policy_rule:
-                    reason = f"K capped at the {len(live)} live worker(s)"
-                else:
-                    reason = "policy rule restored with all its workers live"
-                self._policy.record(version, rule, reason)
-                self._set_rule(rule)
-            if self._allocation is not None:
-                self._maybe_allocate(now)
+            counters = self._state.counters()
+            busy, _ = self.coordinator.worker_busy()
+            usual, running = self.coordinator.iteration_times()
+            decision = self.controller.refresh(ksync.Measurement(
+                version=counters["version"], live_workers=tuple(self._live_workers()),
+                iteration_times=tuple(usual), running_times=tuple(running),
+                staleness_hist=tuple(counters["staleness_hist"].sum(axis=0)),
+                worker_samples=tuple(counters["worker_samples"]), busy_s=tuple(busy),
+                blocked_workers=self._blocked_workers(counters)))
+            if decision.changed:
+                self._state.set_rule(decision.rule)
+            if decision.sizes is not None:
+                self._allocation.set_sizes(decision.sizes)
             return True
         finally:
-            self._rule_lock.release()
+            self.rule_lock.release()
 
-    def _maybe_allocate(self, now):
-        if self._allocated is None:
-            self._allocated = now
-            return
-        if now[0]["version"] - self._allocated[0]["version"] < self._allocate_every:
-            return
-        samples = now[0]["worker_samples"] - self._allocated[0]["worker_samples"]
-        busy = [b - a for a, b in zip(self._allocated[1], now[1])]
-        speeds = [s / t if t > 0 and s > 0 else None for s, t in zip(samples, busy)]
-        sizes = self._allocation.schedule.observe(now[0]["version"], speeds)
-        if sizes is not None:
-            self._allocation.set_sizes(sizes)
-        self._allocated = now
+    def _blocked_workers(self, counters):
+        """The workers with steps left, when every one of them waits in the graph for
+        a round that nobody else can complete (else None)."""
+        if not self._waits_in_graph:
+            return None
+        with_work = self.coordinator.workers_with_work()
+        version = counters["version"]
+        if not with_work or any(counters["contributed"][w] != version for w in with_work):
+            return None
+        return tuple(with_work)
+
+    # -- state for checkpoints and shutdown --------------------------------------------
+    def checkpoint_objects(self, model) -> dict:
+        """The PS-side state to save with ``model`` (counters, rule, the round's
+        aggregates of every variable shard, allocated sizes): trackable objects for a
+        `tf.train.Checkpoint`. Creates the optimizer's slots and the aggregates, which
+        otherwise appear with the first step, so a checkpoint taken before it restores."""
+        state = self._state
+        with self.scope():
+            model.optimizer.build(model.trainable_variables)
+            shards = [shard for v in model.trainable_variables
+                      for shard in (v.variables if isinstance(v, ShardedVariable) else [v])]
+            accumulators = [state.accumulator(_KSyncExtended._unwrap(v)) for v in shards]
+        objects = dict(counters=state.counter_vec, rule=state.rule_vec,
+                       contributed=state.contributed, worker_sums=state.worker_sums,
+                       worker_last=state.worker_last, staleness=state.staleness_hist,
+                       pending_samples=state.pending_samples, accumulators=accumulators)
+        if self._allocation is not None:
+            objects["batch_sizes"] = self._allocation.sizes
+        return objects
+
+    def shutdown(self) -> None:
+        """Stop the coordinator's threads, e.g. after the PS died (they would keep
+        retrying the dead server); the strategy cannot train afterwards."""
+        self.coordinator._cluster.stop()  # pylint: disable=protected-access
+
+    def gate_state(self):
+        """(version, contributed per worker, round complete) read from the PS: what the
+        coordinator's gate needs (`PSUpdateState.gate_state`)."""
+        return self._state.gate_state()
 
     def telemetry(self) -> dict:
         """Counters, per-worker speed, staleness and batch size, the policy's rule over
@@ -317,9 +386,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         attempt that had already pushed its gradient counts in ``pushed`` (its gradient
         reached the PS once), so ``pushed - sum(steps) <= retried``."""
         busy, steps = self.coordinator.worker_busy()
-        schedule = self._allocation.schedule if self._allocation else None
-        telemetry = build_telemetry(self._state.counters(), self._policy, self._rule,
-                                    busy, steps, schedule)
+        telemetry = build_telemetry(self._state.counters(), self.policy, self.rule,
+                                    busy, steps, self.controller.schedule)
         telemetry["retried"] = self.coordinator.retried()
         return telemetry
 
@@ -347,16 +415,6 @@ class _Snapshot:
             return self._type.load(path)
 
 
-def _observation(before, counters, iteration_times, running_times, live):
-    """What the policy sees: the PS version, each worker's recent and running step
-    times, and the staleness of the pushes since the ``before`` counters."""
-    hist = counters["staleness_hist"].sum(axis=0) - before["staleness_hist"].sum(axis=0)
-    return ksync.Observation(version=int(counters["version"]),
-                             iteration_times=tuple(iteration_times), live_workers=live,
-                             staleness_p95=staleness_quantile(hist, 0.95),
-                             running_times=tuple(running_times))
-
-
 def _batch_size(args, kwargs):
     """Examples in the step's input: the leading dimension of its first batched tensor."""
     for leaf in tf.nest.flatten((args, kwargs or {})):
@@ -365,6 +423,22 @@ def _batch_size(args, kwargs):
             return tf.cast(leaf.nrows() if isinstance(leaf, tf.RaggedTensor)
                            else tf.shape(leaf, out_type=tf.int64)[0], tf.float32)
     return tf.constant(1.0)  # no batched input: every push weighs the same
+
+
+def _inside_loop(graph) -> bool:
+    """Whether ``graph`` is (inside) the body of a `tf.while_loop` of one function."""
+    while isinstance(graph, control_flow_v2_func_graphs.ControlFlowFuncGraph):
+        if isinstance(graph, control_flow_v2_func_graphs.WhileBodyFuncGraph):
+            return True
+        graph = graph.outer_graph
+    return False
+
+
+def _after(op, outputs):
+    """``outputs`` (any nest) made to wait for ``op``."""
+    with tf.control_dependencies([op]):
+        return tf.nest.map_structure(
+            lambda x: tf.identity(x) if isinstance(x, tf.Tensor) else x, outputs)
 
 
 def _current_worker():

@@ -1,14 +1,6 @@
 """Turn the PS counters into the `KSyncStrategy.telemetry()` dictionary."""
 
-import numpy as np
-
-
-def staleness_quantile(hist, q):
-    """Quantile of a staleness histogram (last bin means "that many or more")."""
-    total = hist.sum()
-    if total == 0:
-        return None
-    return int(np.searchsorted(np.cumsum(hist), q * total))
+from ksync.controller import staleness_quantile
 
 
 def build_telemetry(counters: dict, policy, rule, busy_s=None, steps=None,

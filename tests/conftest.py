@@ -17,9 +17,30 @@ def pytest_configure(config):
     isolate_loopback()
 
 
+def pytest_collection_modifyitems(items):
+    # A test that uses a local cluster (or the launcher's `job` of real TF servers)
+    # belongs to the slow tier, whatever its file.
+    for item in items:
+        if {"cluster", "cluster_2ps", "job"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """PS and workers as separate processes on 127.0.0.1, stopped at session end."""
     from cluster_sim.local_cluster import LocalCluster
     with LocalCluster(num_workers=NUM_WORKERS, num_ps=1) as local:
+        yield local
+
+
+@pytest.fixture(scope="session")
+def cluster_2ps():
+    """Two PS tasks and two workers, the shape TensorFlow's own parameter-server tests
+    build: variables are placed round-robin over the PS tasks and may be sharded.
+
+    A process is the chief of one cluster for its whole life (TensorFlow cannot start a
+    second server in it), so tests on this cluster run in a process of their own:
+    ``tests/two_ps_suite.py``, run by ``tests/test_two_ps.py``."""
+    from cluster_sim.local_cluster import LocalCluster
+    with LocalCluster(num_workers=2, num_ps=2) as local:
         yield local

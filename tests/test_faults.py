@@ -16,11 +16,11 @@ import tf_keras as keras
 
 import ksync
 from ksync.tf_state import STALENESS_BINS
-from cluster_sim.signaller import Signaller
+from cluster_sim.harness.signals import Signaller
 from cluster_sim.slowdown import SlowdownLayer
 from cluster_sim.workloads import compile_classifier, digits, mlp
 from strategies import KSyncStrategy
-from strategies.checkpoint import PS_FAILURES, KSyncCheckpoint, stop_coordinator, wait_for_ps
+from strategies.checkpoint import PS_FAILURES, KSyncCheckpoint, wait_for_ps
 
 from conftest import NUM_WORKERS
 
@@ -305,7 +305,7 @@ def test_ps_restart_restores_the_last_checkpoint_and_continues(healthy, tmp_path
         ckpt.model.fit(creator, initial_epoch=3, epochs=4, steps_per_epoch=5000, verbose=0,
                        callbacks=[ckpt.callback()])
     killer.join()
-    stop_coordinator(strategy)
+    strategy.shutdown()
     cluster.restart("ps", 0)
     wait_for_ps(cluster.resolver(), timeout_s=60)
 

@@ -514,6 +514,7 @@ def test_signalled_chief_stops_its_script_and_tells_the_servers(job, sig):
         time.sleep(0.1)
 
 
+@pytest.mark.cluster
 def test_tfjob_manifest_runs_the_example_through_the_launcher():
     yaml = pytest.importorskip("yaml")
     spec = yaml.safe_load((REPO / "examples" / "tfjob.yaml").read_text())

@@ -176,7 +176,8 @@ def test_a_simulator_result_renders_with_the_same_report(tmp_path):
 
     config = SimConfig(num_workers=4, max_pushes=120, eval_every=40, stop_at_target=False)
     runs = [Simulation(ksync.Adaptive(refresh_every=10), config,
-                       allocator=predictor.BatchAllocator(128, min_batch=4)).run(),
+                       batch_allocation=predictor.BatchAllocator(128, min_batch=4),
+                       allocate_every=5).run(),
             Simulation(ksync.BSP(), config).run()]
     assert runs[0]["batch_sizes"][0] == {"wall_s": 0.0, "sizes": [32, 32, 32, 32]}
     assert len(runs[0]["batch_sizes"]) > 1 and runs[1]["batch_sizes"] == []

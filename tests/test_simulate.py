@@ -56,7 +56,8 @@ def test_bsp_is_large_batch_sgd_on_the_same_samples(data):
     # Unequal per-worker batches (from the allocator) check the sample weighting too.
     alloc = predictor.BatchAllocator(global_batch=128, min_batch=8, hysteresis=0.0)
     config = quick(max_pushes=48, speeds=(1.0, 1.0, 0.5, 0.25))
-    sim = Simulation(ksync.BSP(), config, data, allocator=alloc, record_batches=True)
+    sim = Simulation(ksync.BSP(), config, data, batch_allocation=alloc, allocate_every=2,
+                     record_batches=True)
     sim.run()
     assert sim.state.version == 12 and sim.state.dropped == 0
     sizes = {len(rows) for _, _, rows, _ in sim.batches}

@@ -92,3 +92,65 @@ def test_rule_change_takes_effect_on_next_push():
     push(one, tf.constant(0, tf.int64), tf.constant(4.0), tf.constant(1, tf.int64))
     c = state.counters()
     assert c["version"] == 1 and c["k"] == 2 and c["applied"] == 2
+
+
+def test_wait_turn_commits_a_round_made_complete_by_a_lowered_k():
+    """A worker waiting in the graph for its round commits it once K drops to what the
+    round holds, exactly as the reference's `commit_complete_round`."""
+    rule = ksync.BSP().rule(3)
+    state = PSUpdateState(3, rule, DEVICE)
+    reference = ksync.UpdateState(3, rule)
+    var = tf.Variable(tf.zeros([2]))
+    push = make_pusher(state, var)
+    for worker, grad in ((0, [1.0, 2.0]), (1, [3.0, 4.0])):
+        push(tf.constant(grad), tf.constant(0, tf.int64), tf.constant(4.0),
+             tf.constant(worker, tf.int64))
+        reference.push(worker, 0, 4.0)
+    lowered = ksync.Rule(k=2, wait=True, max_staleness=0)
+    state.set_rule(lowered)
+    reference.set_rule(lowered)
+
+    @tf.function
+    def wait(worker):
+        return state.wait_turn(worker, [(lambda v, g: v.assign_sub(g), var, None)],
+                               max_wait_s=5.0)
+
+    assert int(wait(tf.constant(0, tf.int64))) == 1
+    assert reference.commit_complete_round() and not reference.commit_complete_round()
+    c = state.counters()
+    assert (c["version"], c["applied"], c["pending"]) == (
+        reference.version, reference.applied, reference.pending) == (1, 2, 0)
+    np.testing.assert_allclose(var.numpy(), [-2.0, -3.0])  # mean of the round's two
+    assert int(wait(tf.constant(2, tf.int64))) == 1  # never joined: no wait
+
+
+def test_wait_turn_gives_up_with_an_error_naming_the_round():
+    state = PSUpdateState(2, ksync.BSP().rule(2), DEVICE)
+    var = tf.Variable(tf.zeros([1]))
+    make_pusher(state, var)(tf.constant([1.0]), tf.constant(0, tf.int64), tf.constant(1.0),
+                            tf.constant(0, tf.int64))
+
+    @tf.function
+    def wait():
+        return state.wait_turn(tf.constant(0, tf.int64),
+                               [(lambda v, g: v.assign_sub(g), var, None)], max_wait_s=0.05)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="waited more than"):
+        wait()
+
+
+def test_sparse_gradients_aggregate_like_dense_ones():
+    rule = ksync.KSync(k=2).rule(2)
+    dense_var, sparse_var = tf.Variable(tf.zeros([4, 2])), tf.Variable(tf.zeros([4, 2]))
+    dense, sparse = PSUpdateState(2, rule, DEVICE), PSUpdateState(2, rule, DEVICE)
+    push_dense, push_sparse = make_pusher(dense, dense_var), make_pusher(sparse, sparse_var)
+    rows = [(tf.constant([0, 2]), tf.constant([[1.0, 1.0], [2.0, 2.0]])),
+            (tf.constant([2, 3]), tf.constant([[4.0, 4.0], [8.0, 8.0]]))]
+    for worker, (indices, values) in enumerate(rows):
+        args = (tf.constant(0, tf.int64), tf.constant(2.0 + worker),
+                tf.constant(worker, tf.int64))
+        push_sparse(tf.IndexedSlices(values, indices, tf.constant([4, 2])), *args)
+        push_dense(tf.scatter_nd(indices[:, None], values, [4, 2]), *args)
+    assert dense.counters()["version"] == sparse.counters()["version"] == 1
+    np.testing.assert_allclose(sparse_var.numpy(), dense_var.numpy())
+    assert np.abs(dense_var.numpy()).sum() > 0

@@ -8,6 +8,7 @@ them.
 
 import os
 import sys
+import time
 import warnings
 
 
@@ -18,6 +19,17 @@ def prepare_tensorflow() -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+
+
+def time_fit(cluster, model, creator, steps: int, warmup: int) -> tuple[float, float]:
+    """(steps/s, CPU ms per step of every cluster process and this one) of ``steps``
+    `fit` steps of ``model`` on ``creator``, after ``warmup`` untimed ones (they trace
+    the step). CPU time is the figure to compare: wall time on a shared machine swings."""
+    model.fit(creator, epochs=1, steps_per_epoch=warmup, verbose=0)
+    start, cpu_start = time.perf_counter(), cluster.cpu_seconds() + time.process_time()
+    model.fit(creator, epochs=1, steps_per_epoch=steps, verbose=0)
+    rate = steps / (time.perf_counter() - start)
+    return rate, 1e3 * (cluster.cpu_seconds() + time.process_time() - cpu_start) / steps
 
 
 def quiet_exit(code: int) -> None:

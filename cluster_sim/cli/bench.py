@@ -1,4 +1,4 @@
-"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation``.
+"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling``.
 
 ``overhead``: on a homogeneous local cluster (1 PS, 3 workers, no injected delay), the
 steps/s of `KSyncStrategy` with ASP and with Adaptive beside the stock
@@ -20,9 +20,8 @@ import argparse
 import gc
 import statistics
 import sys
-import time
 
-from cluster_sim.cli import prepare_tensorflow
+from cluster_sim.cli import prepare_tensorflow, ps_scaling, time_fit
 
 
 def _steps_per_s(cluster, make_strategy, steps, warmup, data):
@@ -35,11 +34,7 @@ def _steps_per_s(cluster, make_strategy, steps, warmup, data):
         model = compile_classifier(mlp(data.num_features, data.num_classes),
                                    keras.optimizers.SGD(0.05))
     creator = keras.utils.experimental.DatasetCreator(data.dataset_fn(32))
-    model.fit(creator, epochs=1, steps_per_epoch=warmup, verbose=0)  # traces the step
-    start, cpu_start = time.perf_counter(), cluster.cpu_seconds() + time.process_time()
-    model.fit(creator, epochs=1, steps_per_epoch=steps, verbose=0)
-    rate = steps / (time.perf_counter() - start)
-    cpu_ms = 1e3 * (cluster.cpu_seconds() + time.process_time() - cpu_start) / steps
+    rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup)
     del model, strategy
     gc.collect()
     return rate, cpu_ms
@@ -167,7 +162,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--pushes", type=int, default=600, help="pushes per run")
     p.add_argument("--us-per-sample", type=float, default=None,
                    help="override the scenario's injected microseconds per sample")
+    ps_scaling.add_arguments(sub.add_parser(
+        "ps-scaling", help="steps/s with 1, 2 and 4 PS tasks, stock beside ksync"))
 
 
 def run(args) -> int:
-    return {"overhead": overhead, "allocation": allocation}[args.bench](args)
+    return {"overhead": overhead, "allocation": allocation,
+            "ps-scaling": ps_scaling.run}[args.bench](args)

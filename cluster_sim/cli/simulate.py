@@ -40,8 +40,8 @@ __all__ = ["run_policies", "add_arguments", "config_from_args", "run"]
 DEFAULT_POLICIES = "bsp,asp,adaptive"
 
 
-def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=True,
-                 allocator_factory=None) -> list[dict]:
+def run_policies(policy_specs, config: SimConfig, seeds=1, data=None,
+                 progress=True) -> list[dict]:
     """Simulate every policy for seeds ``config.seed .. config.seed + seeds - 1``.
 
     Each run gets a fresh policy object parsed from its spec (policies keep history)
@@ -55,8 +55,7 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None, progress=T
         run_data = data or digits(seed=seed)
         for spec in policy_specs:
             policy = ksync.parse(spec) if isinstance(spec, str) else spec
-            sim = Simulation(policy, run_config, run_data,
-                             allocator=allocator_factory() if allocator_factory else None)
+            sim = Simulation(policy, run_config, run_data)
             bar = _Bar() if progress else None
             started = time.perf_counter()
             result = sim.run(progress=bar.start(sim, spec, seed) if bar else None)

@@ -126,7 +126,6 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     from cluster_sim.slowdown import SlowdownLayer
     from cluster_sim.workloads import compile_classifier, digits, mlp
     from strategies import KSyncStrategy
-    from strategies.checkpoint import stop_coordinator
 
     config = config or RunConfig.from_scenario(scenario)
     seed = config.seed if seed is None else seed
@@ -180,7 +179,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                      recorder.sizes_over_time, events.applied, recorder.fit_errors)
     # Its coordinator's threads would outlive the run and, once the cluster is gone,
     # report every failed attempt to reach it.
-    stop_coordinator(strategy)
+    strategy.shutdown()
     return result
 
 

@@ -3,10 +3,12 @@
 Workers start steps, compute for a scenario-given time, push, and the parameter server
 applies the policy's rule through the very `ksync.UpdateState` the product uses; a
 worker whose gradient joined the current round waits for the next version when the rule
-says ``wait``, as `strategies.coordinator` holds it. Adaptive policies are refreshed as
-`strategies.KSyncStrategy.refresh_rule` does it: every ``refresh_every`` pushes the
-measurements are taken, and ``policy.observe`` is called once the version has moved by
-``refresh_every`` since the previous observation.
+says ``wait``, as `strategies.coordinator` holds it. The rule and the batch sizes are
+decided by the product's own `ksync.controller.RuleController`, called every
+``refresh_every`` finished steps as the strategy's coordinator calls it, with the same
+measurements (recent and running step times, staleness, samples and busy time), and
+batch sizes come from the product's `predictor.AllocationSchedule` (profiling phase,
+modes, windowed speeds).
 
 Gradients are real (`cluster_sim.sim.model.MLP`), computed in event order from the
 parameters each worker read. A worker's gradient depends only on the version it read and
@@ -28,6 +30,8 @@ import dataclasses
 import numpy as np
 
 import ksync
+from ksync.controller import RuleController
+from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult
 from cluster_sim.sim.clock import EventClock
 from cluster_sim.sim.model import MLP
@@ -134,17 +138,16 @@ class Simulation:
         ``history``), so pass a fresh one per run.
       config: `SimConfig`.
       data: a `cluster_sim.workloads.Dataset` (default: digits with the config's seed).
-      allocator: optional `predictor.BatchAllocator`; per-worker batch sizes are then
-        re-allocated every ``policy.refresh_every`` pushes (or every ``num_workers``) from
-        the measured speeds, or from ``forecaster`` if one is given.
-      forecaster: optional `predictor` forecaster: ``update(speeds)`` then
-        ``predict(horizon=1)`` gives the speeds handed to the allocator.
+      batch_allocation, forecaster, allocation_mode, allocate_every: as for
+        `strategies.KSyncStrategy`: per-worker batch sizes from an
+        `predictor.AllocationSchedule` over the `predictor.BatchAllocator`.
       record_batches: keep ``(version_read, worker, rows, weight)`` of every accepted push
         in ``self.batches`` (for tests).
     """
 
-    def __init__(self, policy, config: SimConfig = SimConfig(), data=None, allocator=None,
-                 forecaster=None, record_batches=False):
+    def __init__(self, policy, config: SimConfig = SimConfig(), data=None,
+                 batch_allocation=None, forecaster=None, allocation_mode=None,
+                 allocate_every: int = 20, record_batches=False):
         config.check()
         self.config = c = config
         self.policy = ksync.get(policy) if isinstance(policy, str) else policy
@@ -161,17 +164,17 @@ class Simulation:
         self.data = data
         self.model = MLP(data.num_features, data.num_classes, c.hidden, seed=c.seed)
         self.network = Network(self.model.nbytes, c.bandwidth_gbps, c.latency_s)
-        self.rule = self.policy.rule(n)
+        schedule = None
+        if batch_allocation is not None:
+            batch_allocation.check_feasible(n)
+            schedule = AllocationSchedule(batch_allocation, forecaster, allocation_mode)
+        self.controller = RuleController(self.policy, n, schedule, allocate_every)
+        self.rule = self.controller.rule
         self.state = ksync.UpdateState(n, self.rule)
-        self.allocator, self.forecaster = allocator, forecaster
-        if allocator is not None:
-            allocator.check_feasible(n)
-            self.batch_sizes = allocator.equal_sizes(n)
-        else:
-            self.batch_sizes = [c.batch_size] * n
-        # {"wall_s", "sizes"} whenever the allocation changes (none without an allocator).
+        self.batch_sizes = self.controller.sizes or [c.batch_size] * n
+        # {"wall_s", "sizes"} whenever the allocation changes (none without allocation).
         self.sizes_over_time = ([{"wall_s": 0.0, "sizes": list(map(int, self.batch_sizes))}]
-                                if allocator is not None else [])
+                                if schedule is not None else [])
         self.clock = EventClock()
         self.stream = _BatchStream(len(data.x_train), n, c.seed, c.same_batch_order)
         self.record_batches = record_batches
@@ -197,7 +200,7 @@ class Simulation:
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
         self.tta = None
         self.commits = 0  # updates applied to the model (must equal the PS version)
-        self._observed = None
+        self.step_started = [None] * n  # clock time of each worker's running step
         self._since_refresh = 0
         self._chunk_started = 0
         self._inflight = 0
@@ -213,6 +216,7 @@ class Simulation:
         self._chunk_started += 1
         self._inflight += 1
         now = self.clock.now + delay
+        self.step_started[w] = now
         b = self.batch_sizes[w]
         self.rows[w] = self.stream.take(w, b)
         compute = self.speed_model.compute_time(w, now, b)
@@ -271,6 +275,7 @@ class Simulation:
         self.worker_samples[w] += samples
         self.worker_time[w] += self.step_time[w]
         self.recent[w].append(self.step_time[w])
+        self.step_started[w] = None
         if result.accepted:
             # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
             self.agg += (result.weight * samples) * self.grads[w]
@@ -288,14 +293,10 @@ class Simulation:
         pushes = state.pushed
         # The coordinator counts finished steps and refreshes before the gate check.
         self._since_refresh += 1
-        if self.policy.refresh_every and self._since_refresh >= self.policy.refresh_every:
+        every = self.controller.refresh_every
+        if every and self._since_refresh >= every:
             self._since_refresh = 0
             self._refresh()
-        if self.allocator is not None:
-            self._reallocate(pushes)
-            sizes = list(map(int, self.batch_sizes))
-            if sizes != self.sizes_over_time[-1]["sizes"]:
-                self.sizes_over_time.append({"wall_s": float(self.clock.now), "sizes": sizes})
         if not c.chunk_pushes and pushes % c.eval_every == 0:
             self._evaluate()
         if state.may_start(w):
@@ -320,45 +321,26 @@ class Simulation:
         self._idle.clear()
 
     def _refresh(self):
-        """`KSyncStrategy.refresh_rule` on the simulated counters (no failures here, so
-        every worker is live)."""
-        state = self.state
-        counters = (state.version, self.worker_pushes.copy(), self.worker_time.copy())
-        live = tuple(range(self.config.num_workers))
-        rule = self.rule
-        previous = self._observed
-        if previous is not None:
-            if counters[0] - previous[0] >= self.policy.refresh_every:
-                pushes = counters[1] - previous[1]
-                # As the strategy measures it: each worker's median over its last steps.
-                times = tuple(float(np.median(r)) if r else None for r in self.recent)
-                window = self.staleness[-int(pushes.sum()):] if pushes.sum() else []
-                p95 = float(np.percentile(window, 95, method="inverted_cdf")) if window else None
-                proposed = self.policy.observe(ksync.Observation(
-                    version=state.version, iteration_times=times, live_workers=live,
-                    staleness_p95=p95))
-                if proposed is not None:
-                    rule = proposed if proposed.k <= max(1, len(live)) else rule
-                self._observed = counters
-        else:
-            self._observed = counters
-        if rule != self.rule:
-            state.set_rule(rule)
-            self.rule = rule
-            self.k_over_time.append((self.clock.now, state.version, rule.k, rule.wait))
+        """The controller's decision on the simulated counters, measured as the strategy
+        measures them (no failures here, so every worker is live)."""
+        now = self.clock.now
+        decision = self.controller.refresh(ksync.Measurement(
+            version=self.state.version, live_workers=tuple(range(self.config.num_workers)),
+            # As the coordinator: each worker's median over its last steps.
+            iteration_times=tuple(float(np.median(r)) if r else None for r in self.recent),
+            running_times=tuple(None if t is None else now - t for t in self.step_started),
+            staleness_hist=tuple(np.bincount(np.asarray(self.staleness, np.int64).clip(0))),
+            worker_samples=tuple(self.worker_samples), busy_s=tuple(self.worker_time)))
+        if decision.changed:
+            self.state.set_rule(decision.rule)
+            self.rule = decision.rule
+            self.k_over_time.append((now, self.state.version, decision.rule.k,
+                                     decision.rule.wait))
             self._release_waiting()  # a rule without wait opens the gate at once
-
-    def _reallocate(self, pushes):
-        every = self.policy.refresh_every or self.config.num_workers
-        if pushes % every:
-            return
-        done = self.worker_time > 0
-        if not done.all():
-            return  # wait until every worker has a measured speed
-        speeds = self.worker_samples / self.worker_time
-        if self.forecaster is not None:
-            speeds = np.asarray(self.forecaster.update(speeds).predict(horizon=1))[:, 0]
-        self.batch_sizes = self.allocator.allocate(speeds)
+        if decision.sizes is not None:
+            self.batch_sizes = list(decision.sizes)
+            self.sizes_over_time.append({"wall_s": float(now),
+                                         "sizes": list(map(int, decision.sizes))})
 
     def _evaluate(self):
         loss, acc = self.model.evaluate(self.data.x_test, self.data.y_test)

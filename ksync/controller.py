@@ -1,0 +1,203 @@
+"""The control loop around a policy: when it observes, what it sees, which rule runs.
+
+`RuleController` is what `strategies.KSyncStrategy` and the discrete-event simulator
+(`cluster_sim.sim.engine`) both call, so a simulated run makes the decisions the real
+strategy would make on the same measurements. Each caller gathers a `Measurement` (the
+strategy from the PS counters and its coordinator, the simulator from its own counters)
+and calls `refresh`; the controller keeps the observation window, calls the policy,
+caps K at the workers that can push, records every change with its reason and, with a
+batch allocation, calls the `AllocationSchedule` every ``allocate_every`` updates.
+
+Pure Python: no TensorFlow.
+
+Example:
+
+>>> import ksync
+>>> controller = RuleController(ksync.KSync(k=3), num_workers=3)
+>>> m = Measurement(version=0, live_workers=(0, 1, 2))
+>>> controller.refresh(m).rule.k
+3
+>>> decision = controller.refresh(Measurement(version=4, live_workers=(0, 1)))
+>>> decision.rule.k, decision.changed, controller.explain()
+(2, True, 'K=2 sync, drop beyond staleness 0 since version 4: K capped at the 2 live worker(s)')
+"""
+
+import dataclasses
+
+import numpy as np
+
+from ksync.policies import Observation, Policy, stalled_workers
+from ksync.rule import Rule
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What a caller measured at one moment; cumulative counters are since the start.
+
+    Args:
+      version: the PS version.
+      live_workers: indices of the workers that are alive.
+      iteration_times: each worker's usual step time (s), None if it has none yet.
+      running_times: seconds each worker's current step has run (None: not running).
+      staleness_hist: cumulative count of pushes by staleness bin (any length).
+      worker_samples: cumulative samples each worker pushed.
+      busy_s: cumulative seconds each worker spent on its steps.
+      blocked_workers: when no step is queued and every worker still running one waits
+        for the current round, those workers (K must drop to them); else None.
+    """
+
+    version: int
+    live_workers: tuple
+    iteration_times: tuple = ()
+    running_times: tuple = ()
+    staleness_hist: tuple = ()
+    worker_samples: tuple = ()
+    busy_s: tuple = ()
+    blocked_workers: tuple | None = None
+
+    def stalled(self) -> bool:
+        """Whether some worker's running step takes far longer than its usual one."""
+        return bool(stalled_workers(self.iteration_times, self.running_times))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The rule to run (``changed``: it differs from the one that ran) and, with a batch
+    allocation, new per-worker batch sizes (None: keep them)."""
+
+    rule: Rule
+    changed: bool = False
+    sizes: list | None = None
+
+
+def staleness_quantile(hist, q: float) -> int | None:
+    """The ``q`` quantile of staleness from a histogram over bins 0, 1, 2, ... (a last
+    bin that means "that many or more" gives at most its index).
+
+    >>> staleness_quantile([5, 3, 2], 0.95)
+    2
+    """
+    hist = np.asarray(hist, np.int64)
+    total = int(hist.sum())
+    if total == 0:
+        return None
+    return int(np.searchsorted(np.cumsum(hist), q * total))
+
+
+class RuleController:
+    """The refresh protocol of one run: the policy, the rule that runs and the schedule.
+
+    Args:
+      policy: a `ksync.Policy`; its rule history records every change with the reason.
+      num_workers: workers of the cluster.
+      schedule: a `predictor.AllocationSchedule`, or None without batch allocation.
+      allocate_every: updates between two calls of the schedule (the first one after
+        this many updates at equal sizes, the profiling phase).
+    """
+
+    def __init__(self, policy: Policy, num_workers: int, schedule=None,
+                 allocate_every: int = 20):
+        if schedule is not None and (not isinstance(allocate_every, int)
+                                     or allocate_every < 1):
+            raise ValueError(f"allocate_every must be an integer >= 1, got "
+                             f"{allocate_every!r}.")
+        self.policy = policy
+        self.num_workers = num_workers
+        self.policy_rule = policy.rule(num_workers)  # what the policy asks for
+        self.rule = self.policy_rule                # what runs
+        self.schedule = schedule
+        self.allocate_every = allocate_every
+        self.sizes = schedule.initial(num_workers) if schedule is not None else None
+        self.capped_for_work = False
+        self._observed = None   # Measurement at the last observation
+        self._allocated = None  # Measurement at the last allocation
+
+    @property
+    def refresh_every(self) -> int:
+        """Finished steps between two `refresh` calls that callers should keep (0: none
+        due; callers still refresh when the live workers change or a worker stalls)."""
+        periods = [p for p in (self.policy.refresh_every,
+                               self.allocate_every if self.schedule else 0) if p]
+        return min(periods) if periods else 0
+
+    def refresh(self, now: Measurement) -> Decision:
+        """Observe when due, cap K and allocate when due; the rule and sizes to apply."""
+        if self._observed is None:
+            self._observed = now
+        elif self.policy.refresh_every and (
+                now.version - self._observed.version >= self.policy.refresh_every
+                or now.stalled()):
+            proposed = self.policy.observe(self._observation(now))
+            if proposed is not None:
+                self.policy_rule = proposed
+            self._observed = now
+        live = tuple(now.live_workers)
+        rule, cap = self.policy_rule, len(live)
+        reason = f"K capped at the {cap} live worker(s)"
+        blocked = now.blocked_workers
+        if blocked is not None and 0 < len(blocked) < cap:
+            cap = len(blocked)
+            reason = f"K capped at the {cap} worker(s) with steps left"
+        self.capped_for_work = rule.k > cap > 0 and cap < len(live)
+        if rule.k > cap > 0:
+            rule = dataclasses.replace(rule, k=cap)  # a K nobody can reach stalls rounds
+        changed = rule != self.rule
+        if changed:
+            if rule == self.policy_rule:
+                reason = "policy rule restored with all its workers live"
+            self.policy.record(now.version, rule, reason)
+            self.rule = rule
+        return Decision(rule, changed, self._maybe_allocate(now))
+
+    def explain(self) -> str:
+        return self.policy.explain()
+
+    def get_state(self) -> dict:
+        """The decisions so far as plain JSON-able data (for checkpoints)."""
+        state = {"policy_rule": dataclasses.asdict(self.policy_rule),
+                 "rule": dataclasses.asdict(self.rule),
+                 "history": [[v, dataclasses.asdict(r), why]
+                             for v, r, why in self.policy.history]}
+        if self.schedule is not None:
+            state["allocation"] = {"sizes": list(self.schedule.sizes),
+                                   "history": self.schedule.history}
+        return state
+
+    def set_state(self, state: dict) -> None:
+        """Continue from `get_state`'s output (the PS copy of the rule is the caller's)."""
+        self.policy.history = [(v, Rule(**r), why) for v, r, why in state["history"]]
+        self.policy_rule = Rule(**state["policy_rule"])
+        self.rule = Rule(**state["rule"])
+        if self.schedule is not None:
+            allocation = state["allocation"]
+            self.schedule.sizes = list(allocation["sizes"])
+            self.schedule.history = allocation["history"]
+            self.sizes = list(allocation["sizes"])
+
+    def _observation(self, now):
+        hist = np.asarray(now.staleness_hist, np.int64)
+        before = np.asarray(self._observed.staleness_hist, np.int64)
+        size = max(len(hist), len(before))  # a simulator's histogram grows as it runs
+        window = np.pad(hist, (0, size - len(hist))) - np.pad(before, (0, size - len(before)))
+        return Observation(version=int(now.version),
+                           iteration_times=tuple(now.iteration_times),
+                           live_workers=tuple(now.live_workers),
+                           staleness_p95=staleness_quantile(window, 0.95),
+                           running_times=tuple(now.running_times) or None)
+
+    def _maybe_allocate(self, now):
+        if self.schedule is None:
+            return None
+        if self._allocated is None:
+            self._allocated = now
+            return None
+        if now.version - self._allocated.version < self.allocate_every:
+            return None
+        samples = np.subtract(now.worker_samples, self._allocated.worker_samples)
+        busy = np.subtract(now.busy_s, self._allocated.busy_s)
+        speeds = [s / t if t > 0 and s > 0 else None for s, t in zip(samples, busy)]
+        self._allocated = now
+        sizes = self.schedule.observe(now.version, speeds)
+        if sizes is not None:
+            self.sizes = list(sizes)
+        return sizes

@@ -1,0 +1,188 @@
+"""Drop-in fidelity: the stock constructor and its errors, and several steps inside one
+scheduled function, on the session's real local cluster. Several PS tasks with sharded
+variables: tests/two_ps_suite.py (a cluster of its own, in a process of its own)."""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import ksync
+from cluster_sim.workloads import Dataset, digits, mlp
+from strategies import KSyncStrategy
+
+DATA = digits()
+partitioners = tf.distribute.experimental.partitioners
+
+
+def resolver(spec):
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc")
+
+
+def token_data() -> Dataset:
+    """Digits as 64 token ids per image (position x intensity): an Embedding input whose
+    gradient is sparse (`tf.IndexedSlices`)."""
+    def ids(x):
+        return (np.rint(x * 16).astype("int64") + 17 * np.arange(64)).astype("int64")
+    return Dataset(ids(DATA.x_train), DATA.y_train, ids(DATA.x_test), DATA.y_test)
+
+
+TOKENS = token_data()
+VOCAB = 17 * 64
+
+
+def embedding_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.layers.Input((64,), dtype="int64"),
+                             keras.layers.Embedding(VOCAB, 8),
+                             keras.layers.Flatten(),
+                             keras.layers.Dense(10)])
+
+
+def whole_weights(model):
+    """The model's weights with each sharded variable's shards joined into one array."""
+    out, seen = [], set()
+    for var in model.weights:
+        container = getattr(var, "_sharded_container", None)
+        if container is None:
+            out.append(var.numpy())
+        elif id(container()) not in seen:
+            seen.add(id(container()))
+            out.append(np.concatenate([s.numpy() for s in container().variables]))
+    return out
+
+
+def check_counters(t, pushes):
+    assert t["applied"] + t["dropped"] + t["pending"] == t["pushed"] == pushes
+    assert sum(w["pushes"] for w in t["workers"]) == pushes
+    assert sum(t["staleness_histogram"]) == pushes
+
+
+# -- the stock constructor's arguments and errors ------------------------------------
+@pytest.mark.parametrize("spec, message", [
+    ({"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "There must be at least one ps."),
+    ({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "There must be at least one worker."),
+])
+def test_invalid_cluster_gets_the_stock_strategys_error_first(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tf.distribute.experimental.ParameterServerStrategy(resolver(spec))
+    # K = 5 would fail ksync's own check on any of these clusters: the stock one wins.
+    with pytest.raises(ValueError, match=re.escape(message)):
+        KSyncStrategy(resolver(spec), policy=ksync.KSync(k=5))
+
+
+def test_a_policy_in_the_partitioner_position_says_to_pass_it_by_keyword():
+    spec = {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]}
+    with pytest.raises(TypeError, match=re.escape("policy=ksync.BSP()")):
+        KSyncStrategy(resolver(spec), ksync.BSP())
+    with pytest.raises(TypeError, match="positional arguments"):
+        KSyncStrategy(resolver(spec), None, ksync.BSP())
+
+
+def mlp_model():
+    return mlp(DATA.num_features, DATA.num_classes)
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 10])
+@pytest.mark.parametrize("make_model", [mlp_model, embedding_model], ids=["mlp", "embedding"])
+def test_bsp_equals_single_process_sgd_on_the_concatenated_batches(
+        cluster, steps_per_execution, make_model):
+    check_bsp_equals_single_process_sgd(cluster, None, steps_per_execution, make_model)
+
+
+def check_bsp_equals_single_process_sgd(local, partitioner, steps_per_execution, make_model):
+    """Every round: one batch of every worker, read at the same version, on every
+    shard; with several steps per scheduled function too."""
+    workers, batch, rounds = local.num_workers, 16, 10
+    data = DATA if make_model is not embedding_model else TOKENS
+    strategy = KSyncStrategy(local.resolver(), partitioner, policy=ksync.BSP())
+    with strategy.scope():
+        model = make_model()
+        model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), steps_per_execution=steps_per_execution)
+    initial = whole_weights(model)
+    model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(
+        batch, num_shards=workers, shuffle_seed=None)), epochs=1,
+        steps_per_epoch=rounds * workers, verbose=0)
+    t = strategy.telemetry()
+    assert (t["version"], t["applied"], t["dropped"]) == (rounds, rounds * workers, 0)
+
+    reference = make_model()
+    reference.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True))
+    reference.set_weights(initial)
+    for r in range(rounds):
+        idx = [w + workers * (r * batch + i) for w in range(workers) for i in range(batch)]
+        reference.train_on_batch(data.x_train[idx], data.y_train[idx])
+    got = whole_weights(model)
+    for mine, want in zip(got, reference.get_weights()):
+        np.testing.assert_allclose(mine, want, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got[0], initial[0])
+
+
+# -- several steps inside one scheduled function -------------------------------------
+@pytest.mark.parametrize("policy", [ksync.BSP(), ksync.Adaptive(refresh_every=10)], ids=repr)
+def test_steps_per_execution_keeps_a_synchronous_rule_exact(cluster, policy):
+    """The issue's client: written for the stock strategy, steps_per_execution=5, a
+    batched tf.data.Dataset given to fit, 6 x 100 steps, validation every epoch."""
+    strategy = KSyncStrategy(cluster.resolver(), policy=policy)
+    with strategy.scope():
+        model = mlp(DATA.num_features, DATA.num_classes)
+        model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"], steps_per_execution=5)
+    train = tf.data.Dataset.from_tensor_slices((DATA.x_train, DATA.y_train)).shuffle(
+        2000, seed=1).repeat().batch(32)
+    history = model.fit(train, epochs=6, steps_per_epoch=100, verbose=0,
+                        validation_data=DATA.test_dataset(), validation_steps=1)
+    t = strategy.telemetry()
+    check_counters(t, 600)
+    assert t["dropped"] == 0 and t["pending"] == 0
+    assert t["staleness_histogram"][0] == 600  # every gradient read the version it joined
+    assert history.history["val_accuracy"][-1] >= 0.9
+    assert model.predict(DATA.test_dataset(), steps=1, verbose=0).shape == (
+        len(DATA.y_test), 10)
+
+
+def test_custom_loop_running_several_steps_per_function(cluster):
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model = mlp(DATA.num_features, DATA.num_classes)
+        optimizer = keras.optimizers.SGD(0.1)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=keras.losses.Reduction.NONE)
+    iterator = iter(coordinator.create_per_worker_dataset(DATA.dataset_fn(32)))
+
+    def replica_fn(batch):
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+        return loss
+
+    @tf.function
+    def three_steps(it):  # unrolled: three strategy.run calls in one function
+        losses = [strategy.run(replica_fn, args=(next(it),)) for _ in range(3)]
+        return tf.add_n(losses) / 3
+
+    @tf.function
+    def loop_steps(it):
+        total = tf.constant(0.0)
+        for _ in tf.range(4):
+            total += strategy.run(replica_fn, args=(next(it),))
+        return total / 4
+
+    losses = [coordinator.schedule(three_steps, args=(iterator,)) for _ in range(10)]
+    losses += [coordinator.schedule(loop_steps, args=(iterator,)) for _ in range(6)]
+    coordinator.join()
+    assert losses[-1].fetch() < losses[0].fetch()
+    t = strategy.telemetry()
+    check_counters(t, 10 * 3 + 6 * 4)
+    assert t["dropped"] == 0 and t["staleness_histogram"][0] == t["pushed"]
+
+

@@ -1,0 +1,139 @@
+"""Several PS tasks and sharded variables, on a real local cluster with 2 PS tasks.
+
+Run by tests/test_two_ps.py in a process of its own: a process is the chief of one
+cluster for its whole life, and the rest of the suite shares the 1-PS cluster.
+Directly: ``python -m pytest tests/two_ps_suite.py``.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+from tensorflow.python.distribute.sharded_variable import ShardedVariable
+
+import ksync
+from cluster_sim.workloads import compile_classifier, mlp
+from strategies import KSyncStrategy
+from strategies.checkpoint import PS_FAILURES, wait_for_ps
+
+from test_drop_in import (DATA, TOKENS, check_bsp_equals_single_process_sgd, check_counters,
+                          embedding_model, mlp_model, whole_weights)
+
+partitioners = tf.distribute.experimental.partitioners
+POLICIES = [ksync.BSP(), ksync.ASP(), ksync.SSP(max_staleness=1), ksync.KSync(k=1),
+            ksync.KAsync(k=2), ksync.BackupWorkers(backups=1),
+            ksync.Adaptive(refresh_every=10)]
+
+
+@pytest.mark.parametrize("make_partitioner", [
+    lambda: None,
+    lambda: partitioners.FixedShardsPartitioner(2),
+    lambda: partitioners.MinSizePartitioner(min_shard_bytes=1024, max_shards=2),
+    lambda: partitioners.MaxSizePartitioner(max_shard_bytes=8 * 1024),
+], ids=["none", "fixed", "min-size", "max-size"])
+def test_variables_are_placed_and_sharded_as_the_stock_strategy_does(cluster_2ps,
+                                                                      make_partitioner):
+    def layout(strategy):
+        with strategy.scope():
+            model = embedding_model()
+        out = []
+        for var in model.variables:
+            shards = getattr(var, "variables", [var])
+            out.append((var.name.split("/")[-1], tuple(var.shape),
+                        [(tuple(s.shape), s.device) for s in shards]))
+        return out
+
+    stock = layout(tf.distribute.experimental.ParameterServerStrategy(
+        cluster_2ps.resolver(), make_partitioner()))
+    ours = layout(KSyncStrategy(cluster_2ps.resolver(), make_partitioner(),
+                                policy=ksync.BSP()))
+    assert ours == stock
+    assert {d for _, _, shards in ours for _, d in shards} == {
+        "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"}
+
+
+# -- several PS tasks ------------------------------------------------------------------
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+def test_every_policy_trains_sharded_variables_on_two_ps_tasks(cluster_2ps, policy):
+    strategy = KSyncStrategy(cluster_2ps.resolver(), partitioners.FixedShardsPartitioner(2),
+                             policy=policy)
+    with strategy.scope():
+        model = compile_classifier(embedding_model(), keras.optimizers.SGD(0.5, momentum=0.5))
+    assert isinstance(model.layers[0].embeddings, ShardedVariable)
+    history = model.fit(keras.utils.experimental.DatasetCreator(TOKENS.dataset_fn(32)),
+                        epochs=2, steps_per_epoch=60, verbose=0)
+    t = strategy.telemetry()
+    check_counters(t, 120)
+    loss, accuracy = model.evaluate(TOKENS.test_dataset(), steps=1, verbose=0)
+    assert np.isfinite(loss) and accuracy > 0.5, (policy, loss, accuracy)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert model.predict(TOKENS.test_dataset(), steps=1, verbose=0).shape == (
+        len(TOKENS.y_test), 10)
+    if isinstance(policy, ksync.BSP):
+        assert t["dropped"] == 0 and t["staleness_histogram"][0] == 120
+
+
+# -- checkpoints and a lost PS ---------------------------------------------------------
+def test_model_checkpoint_restores_across_a_different_number_of_shards(cluster_2ps,
+                                                                        tmp_path):
+    path = str(tmp_path / "weights")
+
+    def build(partitioner):
+        strategy = KSyncStrategy(cluster_2ps.resolver(), partitioner, policy=ksync.BSP())
+        with strategy.scope():
+            model = compile_classifier(embedding_model(), keras.optimizers.SGD(0.5))
+        return model
+
+    model = build(partitioners.FixedShardsPartitioner(2))
+    model.fit(keras.utils.experimental.DatasetCreator(TOKENS.dataset_fn(32)), epochs=1,
+              steps_per_epoch=20, verbose=0,
+              callbacks=[keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    saved = whole_weights(model)
+    assert isinstance(model.layers[0].embeddings, ShardedVariable)
+    restored = build(None)  # one shard per variable
+    restored.load_weights(path)
+    assert not isinstance(restored.layers[0].embeddings, ShardedVariable)
+    for got, want in zip(whole_weights(restored), saved):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture
+def restarts_ps(cluster_2ps):
+    yield cluster_2ps
+    for index in range(2):
+        if not cluster_2ps.running("ps", index):
+            cluster_2ps.restart("ps", index)
+            wait_for_ps(cluster_2ps.resolver(), timeout_s=60)
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["rule-task", "shard-task"])
+def test_a_lost_ps_task_is_reported_to_the_user_while_workers_wait(restarts_ps, victim):
+    """Workers gated by BSP, one of them far slower than the other, then a PS task is
+    killed: fit raises the stock parameter-server failure, the process lives on."""
+    from cluster_sim.slowdown import SlowdownLayer
+    local = restarts_ps
+    strategy = KSyncStrategy(local.resolver(), partitioners.FixedShardsPartitioner(2),
+                             policy=ksync.BSP())
+    with strategy.scope():
+        slowdown = SlowdownLayer(local.num_workers)
+        model = compile_classifier(mlp(DATA.num_features, DATA.num_classes,
+                                       slowdown=slowdown), keras.optimizers.SGD(0.1))
+    slowdown.set_speeds([1.0, 0.05], us_per_sample=2000)  # worker 1: 1.3 s a step
+    killer = threading.Timer(4.0, local.kill, args=("ps", victim))
+    killer.start()
+    with pytest.raises(PS_FAILURES):
+        model.fit(keras.utils.experimental.DatasetCreator(DATA.dataset_fn(32)), epochs=1,
+                  steps_per_epoch=10_000, verbose=0)
+    killer.join()
+    strategy.shutdown()
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 10])
+@pytest.mark.parametrize("make_model", [mlp_model, embedding_model], ids=["mlp", "embedding"])
+def test_bsp_on_sharded_variables_equals_single_process_sgd(cluster_2ps, steps_per_execution,
+                                                            make_model):
+    """One version is one model: every shard applies every round, none half of one."""
+    check_bsp_equals_single_process_sgd(cluster_2ps, partitioners.FixedShardsPartitioner(2),
+                                        steps_per_execution, make_model)
