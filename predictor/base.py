@@ -46,6 +46,8 @@ class Forecaster:
     """
 
     _param_names: tuple[str, ...] = ()
+    #: values of parameters added after release, for files that do not name them.
+    _legacy_params: dict = {}
     #: recent points handed to ``_predict``; also what ``update`` must keep.
     context: int = 256
     #: points per worker kept by ``update`` for ``refit``.
@@ -178,7 +180,7 @@ class Forecaster:
                 f"{path!r} holds a {name!r}, not a {cls.__name__}; load it with "
                 "predictor.load(path) or the matching class")
         try:
-            obj = klass(**header["params"])
+            obj = klass(**{**klass._legacy_params, **header["params"]})
             obj._set_state({k[6:]: v for k, v in arrays.items() if k.startswith("state_")})
             lengths = arrays["buffer_lengths"]
             values = arrays["buffer_values"]

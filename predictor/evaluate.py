@@ -72,14 +72,14 @@ def make_forecasters(gru_kwargs: dict | None = None) -> dict:
 def evaluate(series_dir, out_dir=None, min_history: int = 32, seed: int = 0,
              gru_kwargs: dict | None = None, verbose: bool = True, holdout: str = "worker",
              metric: str = "mape", machine_usage=None, scenarios=None, every: int = 2,
-             allocation_horizon: int = 10) -> dict:
+             allocation_horizon: int = 10, synthetic: int = 0) -> dict:
     """Fit on training series, score on held-out ones; return metrics per forecaster."""
-    from .regime import regime_sets, split_machines
+    from .regime import regime_sets
 
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     say = print if verbose else (lambda *a, **k: None)
-    extra = list(split_machines(machine_usage)[0].values()) if machine_usage else []
+    extra = training_extras(machine_usage, synthetic, seed)
     regime = regime_sets(machine_usage, scenarios) if metric != "mape" else {}
     folds = make_folds(load_traces(series_dir), holdout, seed, extra,
                        with_all=bool(regime) and holdout == "job")
@@ -92,8 +92,8 @@ def evaluate(series_dir, out_dir=None, min_history: int = 32, seed: int = 0,
         for label in ("train", "validation", "test"):
             say(f"[fold {fold.name}] {label:>10}: {len(fold.names[label])} series "
                 + " ".join(fold.names[label])
-                + (f" + {len(extra)} machine-usage series" if label == "train" and extra
-                   else ""), flush=True)
+                + (f" + {len(extra)} machine-usage / synthetic series"
+                   if label == "train" and extra else ""), flush=True)
         test_x = [x for xs in fold.test.values() for x in xs]
         hist, truth, ids = forecast_origins(test_x, min_history=min_history, horizon=R,
                                             max_history=256)
@@ -146,6 +146,16 @@ def evaluate(series_dir, out_dir=None, min_history: int = 32, seed: int = 0,
     if out_dir is not None:
         _write(Path(out_dir), report, pooled, forecasts, say)
     return report
+
+
+def training_extras(machine_usage=None, synthetic: int = 0, seed: int = 0) -> list:
+    """Series every fold trains on besides the traces' own: the training half of the
+    machine-usage machines and ``synthetic`` regime-switching series."""
+    from .regime import split_machines
+    from .synthetic import regime_switching
+
+    extra = list(split_machines(machine_usage)[0].values()) if machine_usage else []
+    return extra + (regime_switching(synthetic, seed=seed) if synthetic else [])
 
 
 def _regret(true, model, every, seen, horizon) -> dict:
@@ -247,6 +257,8 @@ def main(argv=None) -> None:
                    help="directory of cluster_sim scenario TOMLs (colocated, pause, churn)")
     p.add_argument("--every", type=int, default=2,
                    help="trace points per allocation window in the regret replay of test jobs")
+    p.add_argument("--synthetic", type=int, default=0,
+                   help="regime-switching synthetic series added to every training set")
     p.add_argument("--allocation-horizon", type=int, default=10,
                    help="windows ahead whose mean forecast sets the sizes (AllocationSchedule)")
     args = p.parse_args(argv)
@@ -257,7 +269,7 @@ def main(argv=None) -> None:
     evaluate(args.traces, args.out, min_history=args.min_history, seed=args.seed, gru_kwargs=gru,
              holdout=args.holdout, metric=args.metric, machine_usage=args.machine_usage,
              scenarios=args.scenarios, every=args.every,
-             allocation_horizon=args.allocation_horizon)
+             allocation_horizon=args.allocation_horizon, synthetic=args.synthetic)
 
 
 if __name__ == "__main__":

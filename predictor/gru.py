@@ -6,10 +6,12 @@ per step, no error feedback). Working in log-ratios makes one model serve
 workers whose speeds differ by orders of magnitude; the L1 loss makes it
 forecast the conditional median, which is what MAPE rewards on spiky series.
 
-* ``GRUSmoothingForecaster``: the reference is the exponential-smoothing level,
-  and the smoothed path is a second input channel; with a zero-initialised
-  head the untrained model *is* exponential smoothing, and the GRU learns the
-  correction (mean reversion after spikes, persistence of slow episodes).
+* ``GRUSmoothingForecaster``: the reference is the exponential-smoothing level
+  (by default restarted at change points, ``windows.changepoint_levels``, so it
+  follows a co-located job starting or a pause within two steps), and the
+  level's path is a second input channel; with a zero-initialised head the
+  untrained model *is* that smoothing, and the GRU learns the correction (mean
+  reversion after spikes, persistence of slow episodes).
 * ``GRUOnly``: the reference is the last value and the only channel is the raw
   window, i.e. the same network without smoothing.
 
@@ -242,11 +244,13 @@ class GRUSmoothingForecaster(_GRUForecaster):
     """
 
     _param_names = _GRUForecaster._param_names + ("alpha", "context", "changepoint")
+    # Files saved before the change-point level existed keep plain smoothing.
+    _legacy_params = {"changepoint": None}
     n_channels = 2
 
     def __init__(self, window: int = 32, units: int = 32, horizon: int = 10,
                  alpha: float | None = 0.1, context: int = 256,
-                 changepoint: float | None = None, **kwargs):
+                 changepoint: float | None = 3.0, **kwargs):
         super().__init__(window=window, units=units, horizon=horizon, **kwargs)
         if alpha is not None and not (0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be in (0, 1] or None, got {alpha!r}")

@@ -27,16 +27,16 @@ __all__ = ["train_default", "main"]
 
 
 def train_default(traces, out=None, seed: int = 0, verbose: bool = True,
-                  machine_usage=None, holdout: str = "job"):
+                  machine_usage=None, holdout: str = "job", synthetic: int = 0):
     """Fit the default forecaster on the training series of ``traces`` and save it."""
     from .gru import DEFAULT_MODEL_PATH, GRUSmoothingForecaster
-    from .regime import split_machines
+    from .evaluate import training_extras
 
-    extra = split_machines(machine_usage)[0] if machine_usage else {}
-    fold = make_folds(load_traces(traces), holdout, seed, list(extra.values()),
-                      with_all=holdout == "job")[-1]
+    extra = training_extras(machine_usage, synthetic, seed)
+    fold = make_folds(load_traces(traces), holdout, seed, extra, with_all=holdout == "job")[-1]
     if verbose:
-        print("train:", " ".join(fold.names["train"] + list(extra)))
+        print("train:", " ".join(fold.names["train"]),
+              f"+ {len(extra)} machine-usage / synthetic series")
         print("validation (early stopping):", " ".join(fold.names["validation"]))
         print("held out (not used):", " ".join(fold.names["test"]) or "-", flush=True)
     model = GRUSmoothingForecaster()
@@ -57,11 +57,13 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0, help="split seed (same as evaluate)")
     p.add_argument("--machine-usage", default=None,
                    help="directory of the Alibaba 2018 machine_usage trace (training half)")
+    p.add_argument("--synthetic", type=int, default=0,
+                   help="regime-switching synthetic series added to the training set")
     p.add_argument("--holdout", choices=HOLDOUTS, default="job",
                    help="job: train on every job; worker: keep the worker split's test out")
     args = p.parse_args(argv)
     train_default(args.traces, args.out, seed=args.seed, machine_usage=args.machine_usage,
-                  holdout=args.holdout)
+                  holdout=args.holdout, synthetic=args.synthetic)
 
 
 if __name__ == "__main__":

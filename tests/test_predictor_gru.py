@@ -52,7 +52,7 @@ def test_predict_shape_scale_and_long_horizon(fitted):
 
 def test_untrained_head_equals_exponential_smoothing():
     series = regime_series()
-    f = GRUSmoothingForecaster(alpha=0.3, **dict(TINY, epochs=0)).fit(series)
+    f = GRUSmoothingForecaster(alpha=0.3, changepoint=None, **dict(TINY, epochs=0)).fit(series)
     es = predictor.ExponentialSmoothing(alpha=0.3).predict(series, horizon=5)
     assert np.allclose(f.predict(series, horizon=5), es, rtol=1e-6)
 
@@ -66,7 +66,7 @@ def test_untrained_changepoint_head_equals_changepoint_smoothing():
     start = int(np.argmax(np.diff(np.log(series[0])) < -0.5)) + 1
     hist = [series[0][:start + 3]]
     drop = series[0][start + 2]
-    plain = GRUSmoothingForecaster(alpha=0.2, **dict(TINY, epochs=0)).fit(series)
+    plain = GRUSmoothingForecaster(alpha=0.2, changepoint=None, **dict(TINY, epochs=0)).fit(series)
     assert abs(f.predict(hist)[0, 0] / drop - 1) < 0.2 < abs(plain.predict(hist)[0, 0] / drop - 1)
     with pytest.raises(ValueError, match="changepoint"):
         GRUSmoothingForecaster(changepoint=0.0)

@@ -37,6 +37,15 @@ def write_scenarios(directory: Path, budget: float = 12.0) -> Path:
     return directory
 
 
+def two_jobs(tmp_path: Path) -> Path:
+    """A traces directory with the vendored sample as two jobs, job_a and job_b."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for job in ("job_a", "job_b"):
+        shutil.copy(SAMPLE, traces / f"{job}.csv")
+    return traces
+
+
 def step_speeds(length=60, change=30, noise=0.0, seed=0):
     """Four workers; worker 1 drops to a third of its speed at ``change``."""
     true = np.ones((4, length))
@@ -121,10 +130,7 @@ def test_machine_usage_speeds_average_bins_and_fill_gaps(tmp_path):
 
 
 def test_job_folds_never_test_on_training_jobs(tmp_path):
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    shutil.copy(SAMPLE, traces / "job_a.csv")
-    shutil.copy(SAMPLE, traces / "job_b.csv")
+    traces = two_jobs(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         series = load_traces(traces)
@@ -149,10 +155,7 @@ def small_forecasters(gru_kwargs=None):
 def test_regret_cli_on_vendored_sample_and_scenarios(tmp_path, capsys, monkeypatch):
     from predictor import evaluate
     monkeypatch.setattr(evaluate, "make_forecasters", small_forecasters)
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    shutil.copy(SAMPLE, traces / "job_a.csv")
-    shutil.copy(SAMPLE, traces / "job_b.csv")
+    traces = two_jobs(tmp_path)
     scen = write_scenarios(tmp_path / "scenarios", budget=6.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -186,3 +189,36 @@ def test_tables_compare_the_gru_with_the_best_classical_baseline():
     table = format_table({"GRUSmoothing": row(4.5), "LastValue": row(5.0), "GRUOnly": row(4.0)})
     assert "vs best other forecaster: h=1: -12.5%" in table
     assert "best classical baseline's (LastValue): h=1: 0.900x" in table
+
+
+def test_files_from_before_the_changepoint_level_load_as_plain_smoothing(tmp_path):
+    from predictor.gru import GRUSmoothingForecaster
+    from predictor.persist import read_file, write_file
+    series = [np.exp(0.1 * np.random.default_rng(i).standard_normal(80)) for i in range(3)]
+    old = GRUSmoothingForecaster(window=8, units=4, horizon=3, epochs=0, changepoint=None)
+    old.fit(series).save(tmp_path / "old.npz")
+    header, arrays = read_file(tmp_path / "old.npz")
+    del header["params"]["changepoint"]          # as written by ksync before issue 21
+    write_file(tmp_path / "old.npz", header, arrays)
+    loaded = predictor.load(tmp_path / "old.npz")
+    assert loaded.changepoint is None and GRUSmoothingForecaster().changepoint == 3.0
+    assert np.array_equal(loaded.predict(series, horizon=3), old.predict(series, horizon=3))
+
+
+def test_train_default_saves_a_loadable_model(tmp_path, monkeypatch):
+    from predictor import gru
+    from predictor.train_default import main
+    class Tiny(gru.GRUSmoothingForecaster):
+        """The default forecaster, small enough to train in a second."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**{**dict(window=8, units=4, horizon=3, epochs=1), **kwargs})
+
+    monkeypatch.setattr(gru, "GRUSmoothingForecaster", Tiny)
+    traces = two_jobs(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        main(["--traces", str(traces), "--out", str(tmp_path / "m.npz"), "--synthetic", "2"])
+    model = predictor.load(tmp_path / "m.npz")
+    assert model.window == 8 and model.changepoint == 3.0
+    assert model.predict(np.full((2, 20), 4.0), horizon=3).shape == (2, 3)
