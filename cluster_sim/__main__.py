@@ -7,9 +7,11 @@ One entry point for every lab command; each lives in a module of `cluster_sim.cl
 
 import argparse
 import importlib
+import os
 import re
 
 from cluster_sim.cli import quiet_exit
+from strategies.launch_env import VERBOSE_ENV
 
 #: command -> module with add_arguments(parser) and run(args).
 COMMANDS = {
@@ -23,7 +25,8 @@ COMMANDS = {
 }
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command (each command's module adds its options)."""
     parser = argparse.ArgumentParser(prog="python -m cluster_sim",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -34,8 +37,17 @@ def main(argv=None) -> int:
         sub_parser = sub.add_parser(name, help=summary, description=doc,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sub_parser)
+        sub_parser.add_argument("--verbose", action="store_true",
+                                help="keep TensorFlow's start-up and C++ log lines (hidden "
+                                     "by default; same as KSYNC_VERBOSE=1)")
         sub_parser.set_defaults(run=module.run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # read before TensorFlow is imported, and by servers
     return args.run(args)
 
 

@@ -25,23 +25,25 @@ import time
 
 # tf_keras, not Keras 3, drives parameter-server training; set before TensorFlow loads.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="adaptive",
                         help="ksync policy name: bsp, asp, ssp, ksync, kasync, backup, adaptive")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3, help="epochs (default 3)")
     parser.add_argument("--steps-per-epoch", type=int, default=100,
                         help="pushes (worker mini-batches) per epoch")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="samples per worker mini-batch (default 32)")
+    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     parser.add_argument("--workers", type=int, default=2,
                         help="workers of the local cluster (ignored under TF_CONFIG)")
     parser.add_argument("--min-accuracy", type=float, default=0.0,
                         help="exit with code 1 if the test accuracy ends below this")
     parser.add_argument("--result", help="also write the RESULT JSON to this file")
+    parser.add_argument("--verbose", action="store_true",
+                        help="keep TensorFlow's start-up and C++ log lines")
     return parser.parse_args(argv)
 
 
@@ -69,6 +71,8 @@ def train(strategy, args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from strategies.launch_env import quiet_tensorflow
+    quiet_tensorflow(args.verbose)
     if os.environ.get("TF_CONFIG"):
         # On a real cluster: this process is the chief named by TF_CONFIG.
         from strategies.launch import strategy_from_tf_config

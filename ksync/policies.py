@@ -14,6 +14,7 @@ Example:
 """
 
 import dataclasses
+import inspect
 import math
 
 from ksync.rule import Rule
@@ -394,4 +395,21 @@ def get(name: str, **kwargs) -> Policy:
     key = str(name).lower().replace("-", "").replace("_", "")
     if key not in _BY_NAME:
         raise ValueError(f"unknown policy {name!r}; choose one of {sorted(_BY_NAME)}.")
-    return _BY_NAME[key](**kwargs)
+    cls = _BY_NAME[key]
+    # Name the arguments and show a working call, not Python's bare "missing 1 required
+    # positional argument" or "unexpected keyword argument".
+    params = {p: v for p, v in inspect.signature(cls).parameters.items()
+              if v.kind in (v.POSITIONAL_OR_KEYWORD, v.KEYWORD_ONLY)}
+    missing = [p for p, v in params.items()
+               if v.default is inspect.Parameter.empty and p not in kwargs]
+    unknown = [k for k in kwargs if k not in params]
+    if missing or unknown:
+        takes = ", ".join(f"{p}=..." if v.default is inspect.Parameter.empty
+                          else f"{p}={v.default!r}" for p, v in params.items())
+        problem = " and ".join(([f"needs {', '.join(missing)}"] if missing else []) +
+                               ([f"has no argument {', '.join(unknown)}"] if unknown else []))
+        message = f"policy {name!r} {problem}; it takes {cls.__name__}({takes})"
+        if "k" in missing:
+            message += f', e.g. ksync.get("{key}", k=2) or the spec "{key}:k=2"'
+        raise ValueError(message + ".")
+    return cls(**kwargs)

@@ -12,17 +12,19 @@ returns **unbatched** examples, repeated as needed; the strategy batches them pe
 """
 
 import logging
+import sys
 
 import tensorflow as tf
 
 from strategies.batching import dynamic_batches, looks_batched
 
+# How a dataset_fn reaches the strategy, in fit and in a custom loop.
+_HOW = ("keras.utils.experimental.DatasetCreator(dataset_fn), or in a custom loop as "
+        "coordinator.create_per_worker_dataset(lambda: "
+        "strategy.distribute_datasets_from_function(dataset_fn))")
 _CONTRACT = ("with batch_allocation, dataset_fn must return unbatched examples (the "
              "strategy batches them per worker at the allocated sizes): remove the "
-             ".batch(...) from your dataset_fn. Pass it as keras.utils.experimental."
-             "DatasetCreator(dataset_fn), or in a custom loop as coordinator."
-             "create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function("
-             "dataset_fn)).")
+             ".batch(...) from your dataset_fn. Pass it as " + _HOW + ".")
 
 
 class BatchAllocation:
@@ -59,11 +61,27 @@ class BatchAllocation:
     _warned = False
 
     def pass_dataset(self, dataset):
-        """A dataset built on the chief keeps its own batches (evaluate and predict need
-        nothing else); say once that training on it is not re-batched."""
-        if not self._warned:
+        """A dataset built on the chief keeps its own batches: what evaluate, predict
+        and fit's validation need. Only training on one loses the allocation, so say
+        that once, for fit (or a custom loop), never for evaluate or predict."""
+        if not self._warned and not _for_evaluation(dataset):
             self._warned = True
-            logging.warning("ksync: batch allocation applies to input from a dataset_fn "
-                            "(DatasetCreator); a tf.data.Dataset passed directly keeps its "
-                            "own batches. To train with allocated sizes: %s", _CONTRACT)
+            logging.warning("ksync: batch allocation applies to input from a dataset_fn; "
+                            "this tf.data.Dataset is trained on with its own batches. To "
+                            "train with allocated sizes, pass a dataset_fn that returns "
+                            "unbatched examples as %s.", _HOW)
         return dataset
+
+
+def _for_evaluation(dataset) -> bool:
+    """Whether ``dataset`` is being distributed for evaluate, predict or fit's validation
+    (which fit prepares itself, from its local ``val_x``): the innermost Keras entry
+    point on the stack says. False for fit's training input and outside Keras."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_globals.get("__name__", "").startswith("tf_keras")
+                and frame.f_code.co_name in ("fit", "evaluate", "predict")):
+            return (frame.f_code.co_name != "fit"
+                    or frame.f_locals.get("val_x") is dataset)
+        frame = frame.f_back
+    return False

@@ -8,12 +8,17 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
     """Add k-sync counters to each epoch's logs (so to `History`) and, given a log dir,
     write them with per-worker speed and staleness as TensorBoard scalars.
 
+    ``ksync_pushes_per_epoch`` and ``ksync_updates_per_epoch`` say what an epoch was:
+    an epoch is ``steps_per_epoch`` worker mini-batches (pushes), as with the stock
+    strategy, but under K-sync, BSP or backup workers K pushes make one update, so an
+    epoch makes fewer updates than it has steps (under ASP as many).
+
     Example:
 
     ```python
     history = model.fit(ds, epochs=3, steps_per_epoch=50,
                         callbacks=[KSyncTelemetryCallback(strategy, log_dir="logs")])
-    history.history["ksync_version"]
+    history.history["ksync_updates_per_epoch"]   # e.g. [25, 25, 25] for 100 steps, K=4
     ```
     """
 
@@ -23,16 +28,24 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
         self.log_dir = log_dir
         self._writer = None
         self.last = None
+        self._epoch_start = None  # (pushed, version) when the epoch began
 
     def on_train_begin(self, logs=None):
         if self.log_dir:
             self._writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        t = self.strategy.telemetry()
+        self._epoch_start = (t["pushed"], t["version"])
 
     def on_epoch_end(self, epoch, logs=None):
         t = self.strategy.telemetry()
         self.last = t
         scalars = {f"ksync_{k}": t[k] for k in
                    ("version", "pushed", "applied", "dropped", "pending", "k")}
+        if self._epoch_start is not None:
+            scalars["ksync_pushes_per_epoch"] = t["pushed"] - self._epoch_start[0]
+            scalars["ksync_updates_per_epoch"] = t["version"] - self._epoch_start[1]
         scalars["ksync_staleness_p95"] = t["staleness_p95"] or 0
         for w, stats in enumerate(t["workers"]):
             for key in ("samples_per_s", "step_time", "batch_size"):

@@ -38,6 +38,7 @@ import sys
 import time
 
 from strategies.launch_control import ChiefWatch, ControlServer, control_address
+from strategies.launch_env import quiet_environment
 from strategies.launch_net import check_port_free, probe, wait_reachable
 from strategies.tf_config import SERVER_JOBS, TFConfig, split_address
 
@@ -46,15 +47,14 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 DEFAULT_CHIEF_TIMEOUT_S = 120.0
 DEFAULT_CHECK_TIMEOUT_S = 10.0
+# A ps or worker whose chief script was started without ksync-launch would otherwise
+# serve forever: nothing tells it training is over.
+DEFAULT_SERVER_TIMEOUT_S = 600.0
 _SILENT_AFTER_S = 5.0  # ten poll intervals of a server at the default --poll
 
-# Run the user's command through this shim so it gets SIGTERM if the launcher dies (even
-# by SIGKILL): prctl(PR_SET_PDEATHSIG) must be set in the child, and preexec_fn is unsafe
-# once the launcher has threads. It checks the parent afterwards to close the race.
-_EXEC_SHIM = ("import ctypes, os, signal, sys\n"
-              "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
-              "if os.getppid() != int(sys.argv[1]): sys.exit(143)\n"
-              "os.execvp(sys.argv[2], sys.argv[2:])\n")
+# The user's command runs through this file so it gets SIGTERM if the launcher dies
+# (even by SIGKILL); see its docstring.
+_EXEC_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exec_shim.py")
 
 
 class _Interrupted(Exception):
@@ -191,7 +191,9 @@ def run_server(config: TFConfig, control: str, args, log: _Log) -> int:
             log(f"connected to the chief's launcher at {control}")
         elif not state["seen"] and log.elapsed() >= state["next_note"]:
             state["next_note"] = log.elapsed() + 30.0
-            log(f"waiting for the chief's launcher at {control}")
+            log(f"waiting for the chief's launcher at {control} (up to {args.timeout:g} s "
+                "in all; a chief script started without ksync-launch cannot tell this task "
+                "when training ends; --timeout inf waits without limit)")
         return verdict
 
     log(f"starting TensorFlow server on {config.address}")
@@ -232,7 +234,7 @@ def run_chief(config: TFConfig, control: str, command: list[str], args, log: _Lo
         log(f"all tasks reachable after {log.elapsed():.2f} s; running {' '.join(command)}")
         server.set_running()
         started = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-c", _EXEC_SHIM, str(os.getpid()),
+        child = subprocess.Popen([sys.executable, _EXEC_SHIM, str(os.getpid()),
                                   *command], stdin=None)
         rc = child.wait()
         if rc < 0:
@@ -312,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how long to wait for the other tasks: the chief for every ps "
                              f"and worker (default {DEFAULT_CHIEF_TIMEOUT_S:g}), --check for "
                              f"every task (default {DEFAULT_CHECK_TIMEOUT_S:g}), a ps or "
-                             "worker for the chief's launcher (default: no limit)")
+                             "worker for the chief's launcher (default "
+                             f"{DEFAULT_SERVER_TIMEOUT_S:g}; 'inf' for no limit)")
     parser.add_argument("--control-port", type=int, default=None, metavar="PORT",
                         help="the chief launcher's control port (default: $KSYNC_CONTROL_PORT "
                              "or the chief's port + 1000); the same on every task")
@@ -323,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how long the chief waits for every task to stop (default 15)")
     parser.add_argument("--poll", type=float, default=0.5, metavar="SECONDS",
                         help="how often a ps or worker asks the chief (default 0.5)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="keep TensorFlow's start-up and C++ log lines, here and in the "
+                             "training script (hidden by default; same as KSYNC_VERBOSE=1)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="on the chief, after `--`: the training command (or, with "
                              "--module, its arguments)")
@@ -333,6 +339,7 @@ def main(argv=None) -> int:
     """Entry point of ``ksync-launch``; returns the exit code (see the module doc)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    quiet_environment(args.verbose)  # inherited by the training script and the server
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -354,6 +361,8 @@ def main(argv=None) -> int:
                     f"this task is {label}, which serves and runs no script, but a command "
                     f"was given ({' '.join(command)}). Give the command to the chief's "
                     "launcher only.")
+            if args.timeout is None:
+                args.timeout = DEFAULT_SERVER_TIMEOUT_S
             return _exit_server(run_server(config, control, args, log))
         if not command:
             raise ValueError(

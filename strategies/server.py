@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+from strategies.launch_env import quiet_tensorflow
 from strategies.launch_net import check_port_free
 from strategies.tf_config import SERVER_JOBS, TFConfig
 
@@ -63,6 +64,7 @@ def serve(config: TFConfig, stop_file: str | None = None, poll_s: float = 0.2,
     label = f"{config.task_type}:{config.task_index}"
     if check_port:
         check_port_free(label, config.address)
+    quiet_tensorflow()  # after the checks above, which need no TensorFlow
     import tensorflow as tf
 
     stop = threading.Event()

@@ -64,8 +64,10 @@ class Job:
         self.procs = {}
 
     def start(self, name, cmd, tf_config_json, extra_env=None):
+        # TensorFlow's log level is left to the launcher, as for a user.
         env = dict(os.environ, TF_CONFIG=tf_config_json, KSYNC_TEST_RUN=self.token,
-                   TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
+                   CUDA_VISIBLE_DEVICES="-1", PYTHONUNBUFFERED="1")
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
         env.update(extra_env or {})
         if tf_config_json is None:
             del env["TF_CONFIG"]
@@ -110,6 +112,14 @@ def job(tmp_path):
     j.kill_all()
 
 
+def assert_no_error_lines(job):
+    """No TensorFlow ERROR line (``E0000 ...``), absl ERROR or traceback in any task's
+    output: the start-up and shutdown noise is filtered at the source."""
+    for name in job.procs:
+        noise = re.findall(r"^(?:E\d{4} .*|.*\bERROR\b.*|Traceback.*)$", job.log(name), re.M)
+        assert noise == [], f"{name}:\n" + "\n".join(noise[:10])
+
+
 def run_job(job, cluster, command_for_chief, launch=LAUNCH, extra_env=None):
     """Start ps and workers through the launcher, then the chief; return the timings."""
     started = time.monotonic()
@@ -136,6 +146,7 @@ def run_job(job, cluster, command_for_chief, launch=LAUNCH, extra_env=None):
     assert re.search(r"shut down 3 task\(s\) in", chief_log), chief_log
     # Nothing left: every launcher, server and the script itself are gone.
     assert processes_with(job.token) == [], job.logs()
+    assert_no_error_lines(job)
     timings = {
         "tasks_reachable_s": float(re.search(r"all tasks reachable after ([\d.]+) s",
                                              chief_log).group(1)),
@@ -168,6 +179,7 @@ def test_example_runs_unchanged_on_one_machine_without_tf_config(job):
     result = json.loads(re.search(r"^RESULT (.*)$", log, re.M).group(1))
     assert result["pushed"] == 60 and result["workers"] == 2, result
     assert "remove function remotely" not in log  # torn down in order, no error spam
+    assert_no_error_lines(job)
     assert proc.returncode == 0 and processes_with(job.token) == [], job.logs()
 
 
@@ -536,3 +548,17 @@ def test_tfjob_manifest_runs_the_example_through_the_launcher():
 def build_parser_accepts(argv):
     from strategies.launch import build_parser
     return build_parser().parse_args(argv) is not None
+
+
+def test_a_server_whose_chief_never_comes_stops_after_its_timeout_and_says_why():
+    ports = free_ports(3)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[1]}"],
+               "worker": [f"127.0.0.1:{ports[2]}"]}
+    rc, out, seconds = launch_quick(tf_config(cluster, "ps"), "--timeout", "2", timeout_s=90,
+                                    env={"KSYNC_CONTROL_PORT": str(free_ports(1)[0])})
+    assert rc == 3, out
+    assert "up to 2 s in all" in out and "--timeout inf" in out, out
+    assert "was not reachable within 2 s" in out, out
+    # The default is a limit too, and --help says which.
+    assert "default 600" in " ".join(subprocess.run(
+        [*LAUNCH, "--help"], capture_output=True, text=True, cwd=REPO).stdout.split())

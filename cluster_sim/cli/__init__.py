@@ -11,13 +11,16 @@ import sys
 import time
 import warnings
 
+from strategies.launch_env import quiet_tensorflow, verbose
+
 
 def prepare_tensorflow() -> None:
     """Settings every command that trains must make before TensorFlow is imported:
-    tf_keras as Keras (parameter-server training needs it), quiet C++ logs, and no
-    warning about tf.data checkpoints on every `fit`."""
+    tf_keras as Keras (parameter-server training needs it), TensorFlow imported without
+    its start-up noise (`strategies.launch_env.quiet_tensorflow`; ``--verbose`` keeps
+    it), and no warning about tf.data checkpoints on every `fit`."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow()
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
 
 
@@ -35,12 +38,13 @@ def time_fit(cluster, model, creator, steps: int, warmup: int) -> tuple[float, f
 def quiet_exit(code: int) -> None:
     """Exit without the hundreds of "Failed to remove function remotely" lines that
     TensorFlow's eager context logs at interpreter exit, when it tries to free functions
-    on servers already stopped, and that would bury the printed table.
+    on servers already stopped, and that would bury the printed table (``--verbose``
+    keeps them).
 
     Example: ``if __name__ == "__main__": quiet_exit(main())``
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+    if not verbose():
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     sys.exit(code)

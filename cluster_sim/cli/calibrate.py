@@ -220,8 +220,11 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policies", default="bsp,asp,adaptive")
-    parser.add_argument("--scenarios", default="static,trace")
+    parser.add_argument("--policies", default="bsp,asp,adaptive",
+                        help="comma-separated policy specs (default bsp,asp,adaptive)")
+    parser.add_argument("--scenarios", default="static,trace",
+                        help="comma-separated scenarios, as in the demo (default "
+                             "static,trace)")
     parser.add_argument("--traces", help="trace directory for the trace scenario "
                                          "(default: the vendored sample)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per policy, real and "
@@ -230,7 +233,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs of each probe, interleaved (default 3)")
     parser.add_argument("--reuse", help="directory with a real.json of an earlier run: "
                                         "skip the real cluster")
-    parser.add_argument("--out", default="runs/calibration")
+    parser.add_argument("--out", default="runs/calibration",
+                        help="output directory (default runs/calibration)")
 
 
 def run(args) -> int:

@@ -13,14 +13,15 @@ import pathlib
 import sys
 
 from cluster_sim.cli import prepare_tensorflow
+from cluster_sim.scenarios import builtin_names
 
 DEFAULT_ARMS = "bsp,asp,adaptive,adaptive+alloc"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default="static",
-                        help="built-in scenario (homogeneous, static, trace, colocated, pause, "
-                             "churn) or a TOML file (default static)")
+                        help=f"built-in scenario ({', '.join(builtin_names())}) or a TOML "
+                             "file like those in cluster_sim/scenarios/ (default static)")
     parser.add_argument("--traces", help="trace directory for the trace scenario "
                                          "(default: the vendored sample)")
     parser.add_argument("--arms", default=DEFAULT_ARMS,

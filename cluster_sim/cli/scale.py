@@ -23,14 +23,19 @@ from cluster_sim.sim import SimConfig, Simulation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", default="16,64,256,1024")
-    parser.add_argument("--policies", default="bsp,asp,adaptive")
-    parser.add_argument("--updates", type=int, default=5000)
-    parser.add_argument("--scenario", default="trace")
+    parser.add_argument("--workers", default="16,64,256,1024",
+                        help="comma-separated simulated worker counts (default "
+                             "16,64,256,1024)")
+    parser.add_argument("--policies", default="bsp,asp,adaptive",
+                        help="comma-separated policy specs (default bsp,asp,adaptive)")
+    parser.add_argument("--updates", type=int, default=5000,
+                        help="updates each simulated run makes (default 5000)")
+    parser.add_argument("--scenario", default="trace",
+                        help="scenario, as in simulate (default trace)")
     parser.add_argument("--traces", default=None,
                         help="trace directory for the trace scenario (default: the vendored "
                              "sample)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
 
 
 def run(args) -> int:

@@ -118,7 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(e.g. 'ksync:k=8,ssp:max_staleness=4'); default {DEFAULT_POLICIES}")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per policy (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
+    parser.add_argument("--batch-size", type=int, default=d.batch_size,
+                        help=f"samples per worker step (default {d.batch_size})")
     parser.add_argument("--us-per-sample", type=float, default=d.us_per_sample,
                         help="compute time per sample at speed 1 (default 300)")
     parser.add_argument("--step-overhead", type=float, default=d.step_overhead_s,
@@ -128,9 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", type=float, default=d.latency_s, help="seconds per step")
     parser.add_argument("--ps-service", type=float, default=d.ps_service_s,
                         help="seconds the PS spends per push, one push at a time")
-    parser.add_argument("--learning-rate", type=float, default=d.learning_rate)
-    parser.add_argument("--momentum", type=float, default=d.momentum)
-    parser.add_argument("--target-accuracy", type=float, default=d.target_accuracy)
+    parser.add_argument("--learning-rate", type=float, default=d.learning_rate,
+                        help=f"SGD learning rate (default {d.learning_rate:g})")
+    parser.add_argument("--momentum", type=float, default=d.momentum,
+                        help=f"SGD momentum (default {d.momentum:g})")
+    parser.add_argument("--target-accuracy", type=float, default=d.target_accuracy,
+                        help="test accuracy that ends a run and defines its time to "
+                             f"target (default {d.target_accuracy:g})")
     parser.add_argument("--max-pushes", type=int, default=None,
                         help="stop after this many pushes (default 1200 unless "
                              "--max-updates or --max-time is given)")

@@ -67,19 +67,27 @@ def plateau_accuracy(result: dict, last: int) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--fault-every-s", type=float, default=180.0)
-    parser.add_argument("--pause-s", type=float, default=30.0)
-    parser.add_argument("--down-s", type=float, default=30.0)
+    parser.add_argument("--minutes", type=float, default=30.0,
+                        help="length of the faulted run (default 30)")
+    parser.add_argument("--fault-every-s", type=float, default=180.0,
+                        help="seconds between faults (default 180)")
+    parser.add_argument("--pause-s", type=float, default=30.0,
+                        help="how long a paused worker stays stopped (default 30)")
+    parser.add_argument("--down-s", type=float, default=30.0,
+                        help="how long a killed worker stays down before its restart "
+                             "(default 30)")
     parser.add_argument("--policy", default="adaptive", help="policy spec for ksync.parse")
-    parser.add_argument("--scenario", default="trace")
+    parser.add_argument("--scenario", default="trace",
+                        help="scenario giving the workload and slowdowns, as in the demo "
+                             "(default trace)")
     parser.add_argument("--traces", help="trace directory (default: the vendored sample)")
     parser.add_argument("--tolerance", type=float, default=0.01,
                         help="accuracy the faulted run may lose (default 0.01: 1 point)")
     parser.add_argument("--last-evals", type=int, default=5,
                         help="evaluations averaged for each run's accuracy (default 5)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/soak")
+    parser.add_argument("--seed", type=int, default=0, help="seed of both runs (default 0)")
+    parser.add_argument("--out", default="runs/soak",
+                        help="output directory (default runs/soak)")
 
 
 def run(args) -> int:

@@ -1,0 +1,87 @@
+"""What a newcomer meets first: a quiet start, every command listed, errors that say what
+to do (issue 22)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ksync
+from cluster_sim.__main__ import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPORT_TF = ("from strategies.launch_env import quiet_tensorflow; quiet_tensorflow(); "
+             "import tensorflow as tf; print(int(tf.constant(1) + 1))")
+
+
+def run(args, **env):
+    """``python ARGS`` in the repository; ``env`` entries set to None are removed."""
+    env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_tensorflow_starts_without_a_line_on_stderr_unless_verbose():
+    quiet = run(["-c", IMPORT_TF], TF_CPP_MIN_LOG_LEVEL=None, KSYNC_VERBOSE=None)
+    assert quiet.returncode == 0 and quiet.stdout == "2\n", quiet.stderr
+    assert quiet.stderr == ""
+    # --verbose / KSYNC_VERBOSE=1 keeps what TensorFlow says (on this machine, at least
+    # its CUDA and oneDNN notices).
+    loud = run(["-c", IMPORT_TF], TF_CPP_MIN_LOG_LEVEL=None, KSYNC_VERBOSE="1")
+    assert loud.returncode == 0 and loud.stdout == "2\n"
+    assert len(loud.stderr) >= len(quiet.stderr)
+
+
+def test_help_lists_every_command_and_each_takes_verbose():
+    out = run(["-m", "cluster_sim", "--help"]).stdout
+    for command in ("demo", "simulate", "bench", "soak", "calibrate", "scale", "report"):
+        assert command in COMMANDS and f"    {command}" in out
+    assert "--verbose" in run(["-m", "cluster_sim", "simulate", "--help"]).stdout
+
+
+def test_demo_help_lists_every_builtin_scenario():
+    from cluster_sim.scenarios import builtin_names
+    out = " ".join(run(["-m", "cluster_sim", "demo", "--help"]).stdout.split())
+    assert all(name in out for name in builtin_names()) and "slow3x" in out
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    from cluster_sim.__main__ import build_parser
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [f"{name} {action.option_strings[0]}"
+              for name, sub in commands.choices.items() for action in sub._actions
+              if action.option_strings and not action.help]
+    assert silent == []
+
+
+def test_a_policy_without_its_required_argument_names_it_and_the_fix():
+    with pytest.raises(ValueError, match=r'needs k.*ksync.get\("ksync", k=2\)'):
+        ksync.get("ksync")
+    with pytest.raises(ValueError, match=r'needs k.*"kasync:k=2"'):
+        ksync.parse("kasync")
+    with pytest.raises(ValueError, match="has no argument kk"):
+        ksync.parse("ksync:kk=3")
+
+
+def test_history_says_how_many_updates_an_epoch_made(cluster):
+    import tf_keras as keras
+
+    from cluster_sim.workloads import compile_classifier, digits, mlp
+    from strategies import KSyncStrategy, KSyncTelemetryCallback
+    data = digits(seed=0)
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.KSync(k=2))
+    with strategy.scope():
+        model = compile_classifier(mlp(data.num_features, data.num_classes),
+                                   keras.optimizers.SGD(0.05))
+    history = model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(16)),
+                        epochs=2, steps_per_epoch=10, verbose=0,
+                        callbacks=[KSyncTelemetryCallback(strategy)])
+    assert history.history["ksync_pushes_per_epoch"] == [10, 10]
+    # K = 2 pushes per update: about 5 updates an epoch (a round may straddle epochs).
+    assert all(4 <= u <= 6 for u in history.history["ksync_updates_per_epoch"]), history.history
+    strategy.shutdown()
