@@ -1,6 +1,8 @@
 """The README's main command, end to end: its own local cluster, a report, a clean exit."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +23,9 @@ def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "cluster_sim", "demo", "--arms", "bsp", "--max-pushes", "60",
          "--out", str(tmp_path / "demo")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        # As a user runs it: no log level of the test session's.
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "report in" in done.stdout and "BSP" in done.stdout
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
@@ -29,6 +33,15 @@ def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
     assert (tmp_path / "demo" / "report.md").exists()
     # TensorFlow's exit-time noise about the stopped servers does not bury the table.
     assert "Failed to remove function remotely" not in done.stderr
+    # Nor its start-up noise: no C++ ERROR line, absl ERROR or traceback at all.
+    noise = re.findall(r"^(?:E\d{4} .*|.*\bERROR\b.*|Traceback.*)$", done.stderr, re.M)
+    assert noise == [], noise[:10]
+    assert "cudart_stub" not in done.stderr and "absl::InitializeLog" not in done.stderr
+    # The bar ends with the outcome, not at a fraction of the push budget.
+    assert "reached target" in done.stderr or "target 0.93 not reached" in done.stderr
+    # The table ends with a verdict computed from the runs (one seed: say so).
+    assert "BSP reached the target fastest" in done.stdout or "No rule reached" in done.stdout
+    assert "one seed cannot separate the rules" in done.stdout or "No rule" in done.stdout
     assert server_count() == before  # its cluster is gone
 
 

@@ -103,3 +103,20 @@ def test_run_config_from_scenario_maps_the_harness_fields():
     assert (config.seed, config.batch_size, config.hidden) == (3, 32, (64, 64))
     with pytest.raises(TypeError):
         RunConfig.from_scenario(load_scenario("static"), no_such_field=1)
+
+
+def test_progress_bar_ends_full_at_the_target_and_names_a_miss():
+    from cluster_sim.harness.progress import TargetBar
+    from cluster_sim.harness.run import RunConfig
+    config = RunConfig(max_pushes=1200, target_accuracy=0.93)
+    with TargetBar("BSP s0", config) as bar:
+        assert "first evaluation after 60 pushes" in str(bar.bar)  # not a silent wait
+        bar(60, 0.5)
+        bar(360, 0.94)
+        bar.finish({"tta_s": 4.2, "final_accuracy": 0.94})
+        assert bar.bar.n == bar.bar.total == 360  # full, not 30 % of the budget
+        assert "reached target 0.93 in 4.2 s" in str(bar.bar)
+    with TargetBar("ASP s0", config) as bar:
+        bar(1200, 0.9)
+        bar.finish({"tta_s": None, "final_accuracy": 0.9})
+        assert "target 0.93 not reached (accuracy 0.900)" in str(bar.bar)

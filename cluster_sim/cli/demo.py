@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                          "(default: the vendored sample)")
     parser.add_argument("--arms", default=DEFAULT_ARMS,
                         help=f"comma-separated contenders, or 'all' (default {DEFAULT_ARMS})")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per arm (default 1)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="seeds per arm (default 1, a first look; one seed cannot "
+                             "separate the rules: use 3 or more to choose)")
     parser.add_argument("--max-pushes", type=int, help="override the scenario's push budget")
     parser.add_argument("--blackbox", action="store_true",
                         help="slow workers from outside with a SIGSTOP/SIGCONT duty cycle "
@@ -62,10 +64,9 @@ def run(args) -> int:
 
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from tqdm import tqdm
-
+    from cluster_sim.harness.progress import TargetBar
     from cluster_sim.local_cluster import LocalCluster
-    from cluster_sim.report import format_table, write_report
+    from cluster_sim.report import format_table, verdict, write_report
 
     out = pathlib.Path(args.out)
     print(f"scenario {scenario.summary()}", flush=True)
@@ -75,19 +76,17 @@ def run(args) -> int:
         for seed in range(args.seeds):
             for name in names:
                 arm = ARMS[name]
-                with tqdm(total=config.max_pushes, desc=f"{arm.label:>18} s{seed}",
-                          unit="push") as bar:
-                    def progress(pushes, accuracy, bar=bar):
-                        bar.update(pushes - bar.n)
-                        bar.set_postfix(accuracy=f"{accuracy:.3f}")
+                with TargetBar(f"{arm.label:>18} s{seed}", config) as bar:
                     results.append(run_arm(cluster, arm, scenario, seed=seed, config=config,
-                                           progress=progress))
+                                           progress=bar))
+                    bar.finish(results[-1])
         # Release the strategies' remote functions while the servers still answer.
         gc.collect()
     summaries = write_report(out, results, title=f"ksync demo: {scenario.name}",
                              scenario=scenario, meta={"argv": sys.argv, "seeds": args.seeds})
     print()
     print(format_table(summaries))
+    print(f"\n{verdict(summaries)}")
     print(f"\ntarget accuracy {config.target_accuracy}; report in {out / 'report.md'}")
     return 0
 

@@ -4,6 +4,8 @@
   time-to-target definition (`median_tta`);
 * `cluster_sim.report.tables`: the table formatter (`format_cell`, `text_table`,
   `markdown_rows`);
+* `cluster_sim.report.verdict`: the plain-language verdict under the table (`verdict`),
+  with the seed-to-seed noise it is judged against;
 * `cluster_sim.report.writer`: `summarise`, `write_report`, `load_results`,
   `format_table`, `version_to_wall`;
 * ``python -m cluster_sim report RUN_DIR`` (or ``python -m cluster_sim.report``) rebuilds
@@ -13,11 +15,12 @@
 from cluster_sim.report.results import (SCHEMA_VERSION, TTA_DEFINITION, RunResult, median_of,
                                         median_tta)
 from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
-from cluster_sim.report.writer import (REQUIRED_KEYS, format_table, load_results, main,
+from cluster_sim.report.verdict import seed_noise, verdict
+from cluster_sim.report.writer import (COLUMNS, REQUIRED_KEYS, format_table, load_results, main,
                                        markdown_table, step_time_spread, summarise,
                                        version_to_wall, write_report)
 
 __all__ = ["RunResult", "SCHEMA_VERSION", "TTA_DEFINITION", "median_tta", "median_of",
            "format_cell", "text_table", "markdown_table_rows", "summarise", "write_report",
            "load_results", "main", "format_table", "markdown_table", "step_time_spread",
-           "version_to_wall", "REQUIRED_KEYS"]
+           "version_to_wall", "REQUIRED_KEYS", "COLUMNS", "verdict", "seed_noise"]

@@ -45,8 +45,9 @@ import numpy as np
 
 from cluster_sim.report.results import TTA_DEFINITION, RunResult, median_of, median_tta
 from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
+from cluster_sim.report.verdict import verdict
 
-__all__ = ["summarise", "write_report", "load_results", "main", "format_table",
+__all__ = ["summarise", "write_report", "load_results", "main", "format_table", "COLUMNS",
            "markdown_table", "step_time_spread", "version_to_wall", "REQUIRED_KEYS"]
 
 # The fields of `RunResult` without a default.
@@ -140,6 +141,26 @@ def step_time_spread(run) -> float | None:
     """
     times = [t for t in run.get("worker_step_times") or () if t]
     return max(times) / min(times) if times else None
+
+
+#: What each column of the table means; report.md lists them under the table.
+COLUMNS = {
+    "seeds": "runs (seeds) of the policy; every other column is a median over them",
+    "TTA s": "time to target accuracy, seconds of training (evaluation time excluded)",
+    "reached": "seeds that reached the target accuracy, of all seeds",
+    "TTA/BSP": "the policy's TTA over BSP's (below 1.0 is faster); TTA/ASP likewise",
+    "final acc": "test accuracy at the last evaluation",
+    "samples/s": "training samples processed per second, all workers together",
+    "hw eff": "hardware efficiency: samples/s over the sum of each worker's rate while "
+              "busy (its stand-alone speed); 1.0 means no time lost waiting",
+    "idle": "mean fraction of the run a worker spent not computing a step (waiting at a "
+            "barrier, for input or for the chief)",
+    "step spread": "slowest worker's mean step time over the fastest's (1.0: equal)",
+    "stale p50": "median staleness of applied gradients: updates made between the "
+                 "version a gradient was computed from and its application; p95 likewise",
+    "updates": "model versions (updates applied); K pushes make one update under K-sync",
+    "dropped": "gradients discarded by the rule (too stale, late for their round)",
+}
 
 
 def _table(summaries) -> tuple[list[str], list[list[str]]]:
@@ -239,7 +260,9 @@ def _markdown(summaries, header, plots) -> str:
               f"{TTA_DEFINITION} TTA/BSP and TTA/ASP divide a policy's median TTA by the "
               "baseline's (below 1.0 is faster). Hardware efficiency is samples/s divided "
               "by the sum of the workers' stand-alone samples/s under the same slowdowns.",
-              "", markdown_table(summaries), ""]
+              "", markdown_table(summaries), "", f"**Verdict.** {verdict(summaries)}", "",
+              "Columns:", ""]
+    lines += [f"- `{name}`: {meaning}" for name, meaning in COLUMNS.items()] + [""]
     for name, caption in plots:
         lines += [f"![{caption}]({name})", ""]
     lines += ["Raw data: `results.json` (every seed), `curves.csv` (every evaluation).", ""]
