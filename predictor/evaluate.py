@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m predictor.evaluate --traces /work/shared/traces/alibaba_pai --out runs/predictor_eval
-    python -m predictor.evaluate --traces /work/shared/traces/alibaba_pai --holdout job \\
-        --metric both --machine-usage /work/shared/traces/alibaba2018_machine_usage \\
+    python -m predictor.evaluate --traces ../shared/traces/alibaba_pai --out runs/predictor_eval
+    python -m predictor.evaluate --traces ../shared/traces/alibaba_pai --holdout job \\
+        --metric both --machine-usage ../shared/traces/alibaba2018_machine_usage \\
         --scenarios cluster_sim/scenarios --out runs/predictor_regret
 
 Splits (``predictor.heldout``): ``--holdout worker`` (default, fixed seed): within
@@ -262,6 +262,12 @@ def main(argv=None) -> None:
     p.add_argument("--allocation-horizon", type=int, default=10,
                    help="windows ahead whose mean forecast sets the sizes (AllocationSchedule)")
     args = p.parse_args(argv)
+    if not sorted(Path(args.traces).glob("*.csv")):
+        # Name the directory and a sample that works, not a traceback from the loader.
+        problem = "is not a directory" if not Path(args.traces).is_dir() else "has no CSV files"
+        p.error(f"--traces {args.traces} {problem}. Give a directory of Alibaba-PAI-format "
+                "CSVs (e.g. ../shared/traces/alibaba_pai), or try the vendored sample: "
+                f"--traces {Path(__file__).parent / 'data'}")
     gru = {k: v for k, v in (("epochs", args.epochs), ("units", args.units),
                              ("window", args.window)) if v is not None}
     if args.changepoint is not None:

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m predictor.train_default --traces /work/shared/traces/alibaba_pai \\
-        --machine-usage /work/shared/traces/alibaba2018_machine_usage
+    python -m predictor.train_default --traces ../shared/traces/alibaba_pai \\
+        --machine-usage ../shared/traces/alibaba2018_machine_usage
 
 Trains ``GRUSmoothingForecaster`` with its default settings, then saves it to
 ``predictor/data/gru_smoothing_default.npz`` (or ``--out``). The data are the

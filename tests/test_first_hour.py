@@ -85,3 +85,34 @@ def test_history_says_how_many_updates_an_epoch_made(cluster):
     # K = 2 pushes per update: about 5 updates an epoch (a round may straddle epochs).
     assert all(4 <= u <= 6 for u in history.history["ksync_updates_per_epoch"]), history.history
     strategy.shutdown()
+
+
+def test_predictor_evaluate_names_a_missing_traces_directory_and_the_sample(tmp_path, capsys):
+    from predictor import evaluate
+    (tmp_path / "empty").mkdir()
+    for traces, problem in ((tmp_path / "none", "is not a directory"),
+                            (tmp_path / "empty", "has no CSV files")):
+        with pytest.raises(SystemExit) as exit_:
+            evaluate.main(["--traces", str(traces), "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and problem in err and "predictor/data" in err, err
+
+
+def test_docs_give_no_path_of_the_development_machine():
+    for path in ("predictor/train_default.py", "predictor/data/README.md",
+                 "predictor/evaluate.py"):
+        assert "/work/" not in (ROOT / path).read_text(), path
+
+
+def test_the_test_extra_has_what_the_launcher_tests_need():
+    import configparser
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    assert "pyyaml" in config["options.extras_require"]["test"]
+
+
+def test_readme_shows_how_to_run_your_own_script_on_one_machine():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Run your own script on one machine", 1)[1].split("\n## ", 1)[0]
+    assert "from cluster_sim.local_cluster import LocalCluster" in section
+    assert "ksync_updates_per_epoch" in section
