@@ -194,11 +194,11 @@ class PSUpdateState:
                 self._shard_sections[device] = tf.CriticalSection(name="ksync_shard")
         return self._shard_sections[device]
 
-    def _on_shards(self, updates, work):
+    def _on_shards(self, updates, work, locked=True):
         """Run ``work(indices)`` on each PS task holding some of ``updates``' variables,
-        in parallel; returns the ops. The rule task's own shard runs under the rule's
-        lock, which its caller holds; every other shard under its own lock, so nothing
-        crosses tasks inside a lock but the decision's few scalars."""
+        in parallel; returns the ops. ``locked``: the rule task's own shard runs under
+        the rule's lock, which its caller holds; every other shard under its own lock,
+        so nothing crosses tasks inside a lock but the decision's few scalars."""
         by_task, devices = collections.defaultdict(list), {}
         for i, (_, var, _) in enumerate(updates):
             task = _task(var.device)
@@ -213,7 +213,7 @@ class PSUpdateState:
             # The variable's resolved device, not self.device: "/device:CPU:0" in a
             # process connected to a cluster is "/job:chief/...", and a second lock
             # taken on the task of the first, inside it, would deadlock.
-            if task == _task(self.counter_vec.device):
+            if not locked or task == _task(self.counter_vec.device):
                 done.append(shard())
             else:
                 with tf.device(device):
@@ -244,7 +244,8 @@ class PSUpdateState:
           samples: examples behind the gradient (float32 scalar).
           iteration_time: seconds the worker took to compute it (float64 scalar).
           worker: worker index (int64 scalar).
-          direct: the rule can only have K = 1: apply without the aggregate (faster).
+          direct: the rule can only have K = 1: apply without the aggregate and outside
+            the lock (faster; the stock strategy's concurrent updates).
         """
         grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
                  for _, _, g in updates]
@@ -286,11 +287,7 @@ class PSUpdateState:
                     tf.cast(accepted, tf.float32) * samples
 
             if direct:
-                def work(indices):
-                    return tf.cond(commit, lambda: tf.group(_ops([
-                        updates[i][0](updates[i][1], _scale(updates[i][2], weight))
-                        for i in indices])), tf.no_op)
-                shard_ops = self._on_shards(updates, work)
+                shard_ops = []  # applied after the lock is released, below
             else:
                 def add(indices):
                     ops = []
@@ -335,12 +332,30 @@ class PSUpdateState:
                     bookkeeping.append(self.pending_samples.assign(
                         tf.where(commit, 0.0, total)))
                 with tf.control_dependencies(bookkeeping):
+                    if direct:
+                        return self.counter_vec[_V], commit, weight
                     return self.counter_vec[_V]
 
         # On the rule task too: the section's result copies and the lock's release, so
         # releasing it never waits on a round trip to the worker.
         with tf.device(self.device):
-            return self.critical_section.execute(body, exclusive_resource_access=False)
+            decided = self.critical_section.execute(body, exclusive_resource_access=False)
+        if not direct:
+            return decided
+        # K = 1 for good (ASP, SSP with K = 1): only the decision is serialised; the
+        # update itself runs on the variables' tasks outside any lock, concurrently with
+        # other workers' updates, as the stock strategy applies them. The version may
+        # so count an update a moment before every shard shows it: staleness is charged
+        # from the version, never under-counted.
+        version, commit, weight = decided
+
+        def apply(indices):
+            return tf.cond(commit, lambda: tf.group(_ops([
+                updates[i][0](updates[i][1], _scale(updates[i][2], weight))
+                for i in indices])), tf.no_op)
+
+        with tf.control_dependencies(self._on_shards(updates, apply, locked=False)):
+            return tf.identity(version)
 
     def commit_complete_round(self, updates):
         """Commit the current round if it already holds K gradients (K was lowered

@@ -181,6 +181,23 @@ class BatchAllocator:
         change = np.abs(target - self._anchor) / self._anchor
         return bool(np.max(change) < self.hysteresis)
 
+    def get_state(self) -> dict:
+        """The hysteresis state as plain data (for checkpoints).
+
+        >>> a = BatchAllocator(8, min_batch=1)
+        >>> sizes = a.allocate([1.0, 3.0])
+        >>> b = BatchAllocator(8, min_batch=1)
+        >>> b.set_state(a.get_state()); b.get_state() == a.get_state()
+        True
+        """
+        return {"anchor": None if self._anchor is None else [float(x) for x in self._anchor],
+                "current": None if self._current is None else list(self._current)}
+
+    def set_state(self, state: dict) -> None:
+        """Continue from `get_state`'s output."""
+        self._anchor = None if state["anchor"] is None else np.array(state["anchor"])
+        self._current = None if state["current"] is None else list(state["current"])
+
     def reset(self) -> None:
         """Forget the previous allocation (e.g. after workers join or leave)."""
         self._anchor = None

@@ -30,7 +30,7 @@ while True:
                        callbacks=[ckpt.callback()])
         break
     except PS_FAILURES:
-        stop_coordinator(strategy)
+        strategy.shutdown()
         wait_for_ps(resolver, timeout_s=600)     # the PS task is being restarted
         strategy, ckpt = build()
 ```
@@ -38,12 +38,12 @@ while True:
 
 import json
 import os
-import socket
 import time
 
 import tensorflow as tf
 import tf_keras as keras
 
+from strategies.launch_net import probe
 
 #: What `fit` raises when a parameter server dies (it varies with the moment of death).
 PS_FAILURES = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError)
@@ -92,7 +92,7 @@ class KSyncCheckpoint:
                     **strategy.controller.get_state()}
             schedule = strategy.controller.schedule
             if schedule is not None:
-                side["allocation"]["allocator"] = _allocator_state(schedule.allocator)
+                side["allocation"]["allocator"] = schedule.allocator.get_state()
                 if schedule.forecaster is not None:
                     schedule.forecaster.save(f"{path}.forecaster.npz")
             tmp = f"{path}.ksync.json.tmp"
@@ -142,7 +142,7 @@ class KSyncCheckpoint:
                     f"in another directory than {self.directory}.") from err
             strategy.controller.set_state(side)  # the rule's PS copy was restored above
             if schedule is not None:
-                _set_allocator_state(schedule.allocator, side["allocation"]["allocator"])
+                schedule.allocator.set_state(side["allocation"]["allocator"])
                 if schedule.forecaster is not None:
                     schedule.forecaster = type(schedule.forecaster).load(
                         f"{path}.forecaster.npz")
@@ -163,25 +163,13 @@ class _SaveEveryEpoch(keras.callbacks.Callback):
         self.checkpoint.save(epoch + 1)
 
 
-def _allocator_state(allocator):
-    anchor = allocator._anchor
-    return {"anchor": None if anchor is None else [float(a) for a in anchor],
-            "current": allocator._current}
-
-
-def _set_allocator_state(allocator, state):
-    import numpy as np
-    allocator._anchor = None if state["anchor"] is None else np.array(state["anchor"])
-    allocator._current = state["current"]
-
-
 def wait_for_ps(cluster_resolver, timeout_s: float = 300.0, poll_s: float = 0.5) -> None:
     """Block until every PS task of the cluster accepts connections again; TimeoutError
     naming the tasks still down after ``timeout_s``."""
     tasks = cluster_resolver.cluster_spec().as_dict().get("ps", [])
     deadline = time.monotonic() + timeout_s
     while True:
-        down = [address for address in tasks if not _accepts(address)]
+        down = [address for address in tasks if probe(address) is not None]
         if not down:
             return
         if time.monotonic() > deadline:
@@ -189,12 +177,3 @@ def wait_for_ps(cluster_resolver, timeout_s: float = 300.0, poll_s: float = 0.5)
                                f"{timeout_s:.0f} s; restart them (ksync-launch with their "
                                "TF_CONFIG) and check the network between chief and PS.")
         time.sleep(poll_s)
-
-
-def _accepts(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except OSError:
-        return False

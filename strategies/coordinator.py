@@ -23,6 +23,7 @@ import time
 import weakref
 
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+from tensorflow.python.framework import errors as tf_errors
 
 from ksync.policies import RECENT_STEPS, stalled_workers
 
@@ -125,16 +126,17 @@ class _GatedClosureQueue:
                 self._live = live
         except Exception as e:  # pylint: disable=broad-except
             if not self._queue._should_process_closures:
-                return  # shutting down: the PS may already be gone
-            if quiet:
-                # The monitor retries every tick; a lost PS is reported by the steps.
+                pass  # shutting down: the PS may already be gone
+            elif quiet or isinstance(e, tf_errors.OpError):
+                # The PS is unreachable (the steps report that to the user) or the
+                # monitor will try again in a moment: one line, no traceback.
                 logging.warning("ksync: could not refresh the synchronisation rule "
                                 "(%s: %s); keeping %s", type(e).__name__,
                                 str(e).splitlines()[0] if str(e) else "",
                                 self._strategy.rule.describe())
-                return
-            logging.exception("ksync: could not refresh the synchronisation rule; "
-                              "keeping %s", self._strategy.rule.describe())
+            else:
+                logging.exception("ksync: could not refresh the synchronisation rule; "
+                                  "keeping %s", self._strategy.rule.describe())
         with self._changed:
             # A new rule (e.g. K lowered to the live workers) may open the gate.
             self._generation += 1
