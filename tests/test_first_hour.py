@@ -116,3 +116,11 @@ def test_readme_shows_how_to_run_your_own_script_on_one_machine():
     section = readme.split("## Run your own script on one machine", 1)[1].split("\n## ", 1)[0]
     assert "from cluster_sim.local_cluster import LocalCluster" in section
     assert "ksync_updates_per_epoch" in section
+
+
+def test_simulate_bar_ends_as_reached_target(capsys):
+    from cluster_sim.cli.simulate import run_policies
+    from cluster_sim.sim import SimConfig
+    [result] = run_policies(["bsp"], SimConfig(), progress=True)
+    assert result["tta_s"] is not None
+    assert "reached target 0.93" in capsys.readouterr().err

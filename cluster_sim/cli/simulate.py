@@ -31,7 +31,7 @@ import sys
 import time
 
 import ksync
-from cluster_sim.report import format_table, write_report
+from cluster_sim.report import format_table, verdict, write_report
 from cluster_sim.sim import SimConfig, Simulation
 from cluster_sim.sim.speeds import SYNTHETIC, make_speed_model
 
@@ -63,7 +63,7 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None,
             if isinstance(spec, str):
                 result["policy"] = spec  # as the harness labels its runs
             if bar:
-                bar.close()
+                bar.close(result)
             results.append(result)
     return results
 
@@ -86,13 +86,22 @@ class _Bar:
             done = s.state.version if by_updates else s.state.pushed
             self.bar.update(min(done, total or done) - self.bar.n)
             self.bar.set_postfix(acc=f"{s.curve[-1]['accuracy']:.3f}",
-                                 t=f"{s.clock.now:.2f}s", refresh=False)
+                                 target=f"{c.target_accuracy:g}", t=f"{s.clock.now:.2f}s",
+                                 refresh=False)
+        self.target = c.target_accuracy
         return progress
 
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+    def close(self, result):
+        """End the bar full when the run stopped at the target (the budget was only an
+        upper bound), saying so; a miss keeps the bar where the budget ended it."""
+        if self.bar is None:
+            return
+        if result["tta_s"] is not None:
+            self.bar.total = self.bar.n
+            self.bar.set_postfix_str(f"reached target {self.target:g} at "
+                                     f"{result['tta_s']:.2f} simulated s", refresh=False)
+        self.bar.close()
+        self.bar = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -196,6 +205,7 @@ def run(args) -> int:
         meta={"argv": sys.argv, "seeds": args.seeds, "config": dataclasses.asdict(config)})
     print()
     print(format_table(summaries))
+    print(f"\n{verdict(summaries)}")
     print(f"\nmedians over {args.seeds} seed(s); TTA in simulated seconds to accuracy "
           f"{config.target_accuracy}; report in {out / 'report.md'}")
     return 0
