@@ -25,7 +25,7 @@ __all__ = [
 
 # Attribute -> module; resolved on first access so `import predictor` stays TF-free.
 _LAZY = {
-    "Forecaster": "base", "NotFittedError": "base", "load": "base",
+    "Forecaster": "base", "NotFittedError": "base", "load": "loading",
     "LastValue": "baselines", "MovingAverage": "baselines",
     "ExponentialSmoothing": "baselines", "LagRegressor": "baselines",
     "GRUSmoothingForecaster": "gru", "GRUOnly": "gru",

@@ -174,8 +174,14 @@ class Forecaster:
         """Load a file written by ``save``; ``Forecaster.load`` accepts any forecaster."""
         header, arrays = read_file(path)
         name = header.get("class")
-        klass = _lookup(name)
-        if klass is None or not issubclass(klass, cls):
+        klass = _REGISTRY.get(name)
+        if klass is None:
+            # Only classes whose module was imported are registered; predictor.load imports
+            # them all, so the base class never imports its subclasses' modules.
+            raise ForecasterFileError(
+                f"{path!r} holds a {name!r}, which is not imported; load it with "
+                "predictor.load(path) or the matching class")
+        if not issubclass(klass, cls):
             raise ForecasterFileError(
                 f"{path!r} holds a {name!r}, not a {cls.__name__}; load it with "
                 "predictor.load(path) or the matching class")
@@ -193,20 +199,6 @@ class Forecaster:
         obj._buffers = list(np.split(values, np.cumsum(lengths)[:-1])) if lengths.size else []
         obj.fitted_ = bool(header.get("fitted", False))
         return obj
-
-
-def _lookup(name):
-    if name not in _REGISTRY:
-        # Neural forecasters register on import; import lazily so TF loads only if needed.
-        from . import baselines  # noqa: F401
-        if name in ("GRUSmoothingForecaster", "GRUOnly"):
-            from . import gru  # noqa: F401
-    return _REGISTRY.get(name)
-
-
-def load(path) -> Forecaster:
-    """Load any forecaster saved with ``save(path)``."""
-    return Forecaster.load(path)
 
 
 def _per_worker(observations) -> list[np.ndarray]:

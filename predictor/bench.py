@@ -68,7 +68,7 @@ def main(argv=None) -> None:
     p.add_argument("--refit-points", type=int, default=500)
     args = p.parse_args(argv)
 
-    from .base import load
+    from .loading import load
     from .gru import GRUSmoothingForecaster
     model = GRUSmoothingForecaster.default() if args.model is None else load(args.model)
     print(f"model: {model!r}")

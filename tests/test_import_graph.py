@@ -128,10 +128,7 @@ def test_cycles_finds_circles():
 
 
 @pytest.mark.parametrize("package", [
-    "cluster_sim", "ksync", "strategies",
-    pytest.param("predictor", marks=pytest.mark.xfail(strict=True, reason=(
-        "predictor.base imports predictor.baselines and predictor.gru inside a function "
-        "(the loader's registry), which import predictor.base: to be removed in predictor"))),
+    "cluster_sim", "ksync", "strategies", "predictor",
 ])
 def test_no_import_circles(edges, package):
     assert [c for c in cycles(edges) if within(c[0], package)] == []
