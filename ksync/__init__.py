@@ -1,7 +1,8 @@
 """ksync: the adaptive k-sync / async update rule of the parameter servers.
 
 Pure Python: policies (`BSP`, `ASP`, `SSP`, `KSync`, `KAsync`, `BackupWorkers`,
-`Adaptive`) choose a `Rule`; `UpdateState` is the reference of what the PS does with it;
+`Adaptive`, and from the literature `Rennala`, `Ringmaster`, `AdaSync`, `SyncSwitch`,
+`ASHL`) choose a `Rule`; `UpdateState` is the reference of what the PS does with it;
 `RuleController` is the control loop around a policy that the strategy and the
 simulator share.
 The TensorFlow state that executes a rule on the PS lives in `ksync.tf_state` and is
@@ -9,11 +10,13 @@ imported only by the strategy.
 """
 
 from ksync.controller import Decision, Measurement, RuleController
-from ksync.policies import (ASHL, ASP, BSP, SSP, Adaptive, BackupWorkers, KAsync, KSync,
-                            Observation, Policy, SyncSwitch, get, parse)
+from ksync.policies import (ASHL, ASP, BSP, SSP, AdaSync, Adaptive, BackupWorkers, KAsync,
+                            KSync, Observation, Policy, Rennala, Ringmaster, SyncSwitch, get,
+                            parse)
 from ksync.rule import Rule
 from ksync.state import PushResult, UpdateState
 
-__all__ = ["ASHL", "ASP", "SyncSwitch", "BSP", "SSP", "Adaptive", "BackupWorkers", "KAsync", "KSync",
+__all__ = ["ASHL", "ASP", "SyncSwitch", "BSP", "SSP", "AdaSync", "Adaptive", "BackupWorkers",
+           "KAsync", "KSync", "Rennala", "Ringmaster",
            "Decision", "Measurement", "Observation", "Policy", "PushResult", "Rule",
            "RuleController", "UpdateState", "get", "parse"]

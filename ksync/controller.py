@@ -5,7 +5,8 @@
 strategy would make on the same measurements. Each caller gathers a `Measurement` (the
 strategy from the PS counters and its coordinator, the simulator from its own counters)
 and calls `refresh`; the controller keeps the observation window, calls the policy,
-caps K at the workers that can push, records every change with its reason and, with a
+caps K of a waiting rule at the workers that can push (a rule without waiting needs no
+cap: one worker can fill a round alone), records every change with its reason and, with a
 batch allocation, calls the `AllocationSchedule` every ``allocate_every`` updates.
 
 Pure Python: no TensorFlow.
@@ -44,6 +45,8 @@ class Measurement:
       busy_s: cumulative seconds each worker spent on its steps.
       blocked_workers: when no step is queued and every worker still running one waits
         for the current round, those workers (K must drop to them); else None.
+      loss: the latest training loss the caller knows (None: none), passed on to the
+        policy's `Observation` (`ksync.AdaSync` follows it).
     """
 
     version: int
@@ -54,6 +57,7 @@ class Measurement:
     worker_samples: tuple = ()
     busy_s: tuple = ()
     blocked_workers: tuple | None = None
+    loss: float | None = None
 
     def stalled(self) -> bool:
         """Whether some worker's running step takes far longer than its usual one."""
@@ -132,10 +136,10 @@ class RuleController:
                 self.policy_rule = proposed
             self._observed = now
         live = tuple(now.live_workers)
-        rule, cap = self.policy_rule, len(live)
+        rule, cap = self.policy_rule, self._cap(self.policy_rule, live)
         reason = f"K capped at the {cap} live worker(s)"
         blocked = now.blocked_workers
-        if blocked is not None and 0 < len(blocked) < cap:
+        if rule.wait and blocked is not None and 0 < len(blocked) < cap:
             cap = len(blocked)
             reason = f"K capped at the {cap} worker(s) with steps left"
         self.capped_for_work = rule.k > cap > 0 and cap < len(live)
@@ -148,6 +152,25 @@ class RuleController:
             self.policy.record(now.version, rule, reason)
             self.rule = rule
         return Decision(rule, changed, self._maybe_allocate(now))
+
+    @staticmethod
+    def _cap(rule, live) -> int:
+        """The largest K the ``live`` workers can complete a round of under ``rule`` (0:
+        no cap).
+
+        Only a waiting rule needs one: each worker joins a round once and then waits
+        for it to commit, so K above the live workers (or above those with steps left)
+        never completes. Without waiting a worker pushes again into the same round, so
+        the round completes with any number of live workers: Rennala SGD's B gradients
+        at the current version come from one worker alone if need be, and capping B at
+        the live workers would change the method, not unblock it.
+
+        >>> RuleController._cap(Rule(k=8, wait=True, max_staleness=0), (0, 1))
+        2
+        >>> RuleController._cap(Rule(k=8, wait=False, max_staleness=0), (0,))
+        0
+        """
+        return len(live) if rule.wait else 0
 
     def explain(self) -> str:
         return self.policy.explain()
@@ -183,7 +206,8 @@ class RuleController:
                            iteration_times=tuple(now.iteration_times),
                            live_workers=tuple(now.live_workers),
                            staleness_p95=staleness_quantile(window, 0.95),
-                           running_times=tuple(now.running_times) or None)
+                           running_times=tuple(now.running_times) or None,
+                           loss=now.loss)
 
     def _maybe_allocate(self, now):
         if self.schedule is None:

@@ -55,6 +55,9 @@ class Observation:
       running_times: seconds each worker's current step has run so far (None: not
         running); a step running far longer than usual is a stall (a frozen or suddenly
         slowed worker), seen before the step ends.
+      loss: the latest training loss reported to the caller (None: none reported), e.g.
+        by `strategies.callbacks.KSyncLossCallback` or the simulator's evaluation; the
+        policies that follow the loss (`AdaSync`) read it, the others ignore it.
     """
 
     version: int
@@ -62,6 +65,7 @@ class Observation:
     live_workers: tuple
     staleness_p95: float | None = None
     running_times: tuple | None = None
+    loss: float | None = None
 
     def effective_times(self) -> tuple:
         """Each worker's iteration time as it stands now: its usual step time, or, for
@@ -86,7 +90,10 @@ class Policy:
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}.")
         rule = self._rule(num_workers)
-        if rule.k > num_workers:
+        # Only a waiting rule needs K <= workers: each worker joins a round at most once
+        # and then waits for it, so a larger K never completes. Without waiting a worker
+        # pushes again into the same round (Rennala SGD's B may exceed the workers).
+        if rule.wait and rule.k > num_workers:
             raise ValueError(
                 f"{self!r} needs K={rule.k} gradients per update but the cluster has only "
                 f"{num_workers} worker(s); use K <= {num_workers} or add workers.")
@@ -370,8 +377,175 @@ class ASHL(_Staged):
         return ASP()._rule(num_workers), KSync(k=math.ceil(num_workers / 2))._rule(num_workers)
 
 
+class Rennala(Policy):
+    """Rennala SGD (Tyurin and Richtárik, "Optimal time complexities of parallel
+    stochastic optimization methods under a fixed computation model", NeurIPS 2023): an
+    update from ``batch`` (B) gradients computed at the current version, from whichever
+    workers deliver them first. A fast worker contributes several gradients to one round,
+    a gradient computed at an older version is discarded, and no worker ever waits.
+
+    As a `Rule`: ``Rule(k=B, wait=False, max_staleness=0)``. B may exceed the number of
+    workers: the fast ones fill the round (the controller caps K at the live workers for
+    waiting rules only). The paper averages the round's gradients with equal weights;
+    ksync weights each by its sample count, the same with equal batches. Its theory
+    picks B from the gradient noise and the target accuracy, not from the workers'
+    speeds; in practice tune B (the benchmark's grid does).
+
+    Example:
+
+    >>> import ksync
+    >>> ksync.Rennala(batch=16).rule(num_workers=4).describe()
+    'K=16 async, drop beyond staleness 0'
+    """
+
+    name = "rennala"
+
+    def __init__(self, batch: int):
+        super().__init__()
+        _check_int("Rennala batch (B, gradients per update)", batch, 1)
+        self.batch = batch
+
+    def _rule(self, num_workers):
+        return Rule(k=self.batch, wait=False, max_staleness=0)
+
+    def get_config(self):
+        return {"batch": self.batch}
+
+
+class Ringmaster(Policy):
+    """Ringmaster ASGD (Maranjyan, Tyurin and Richtárik, "Ringmaster ASGD: the first
+    asynchronous SGD with optimal time complexity", ICML 2025): asynchronous SGD that
+    applies every gradient on arrival and ignores those whose delay (staleness: updates
+    applied since the gradient's parameters were read) is above ``max_delay``.
+
+    As a `Rule`: ``Rule(k=1, wait=False, max_staleness=max_delay)``. Under ksync's drop
+    semantics this is exactly ``SSP(max_staleness=max_delay)``. It keeps its own name
+    because it is a different method with its own parameter and theory: SSP's bound is
+    a consistency tolerance, Ringmaster's threshold is chosen, in the paper, from the
+    gradient noise and the target accuracy and not from the workers' speeds, which is
+    what makes the method optimal without knowing them; results and tuning grids are
+    reported under the paper's name. Two differences from the paper: the paper's
+    threshold R admits delays *below* R (its Algorithm 4; the reference implementation
+    restarts a worker whose delay reaches R), so its R is ``max_delay + 1``; and its
+    variant with calculation stops (Algorithm 5) interrupts a worker whose delay
+    reaches R, while ksync cannot interrupt a running step, so such a gradient is
+    computed and dropped on arrival (Algorithm 4, without stops).
+
+    Example:
+
+    >>> import ksync
+    >>> ksync.Ringmaster(max_delay=3).rule(num_workers=8).describe()
+    'K=1 async, drop beyond staleness 3'
+    """
+
+    name = "ringmaster"
+
+    def __init__(self, max_delay: int):
+        super().__init__()
+        _check_int("Ringmaster max_delay (R, the largest delay applied)", max_delay, 0)
+        self.max_delay = max_delay
+
+    def _rule(self, num_workers):
+        return Rule(k=1, wait=False, max_staleness=self.max_delay)
+
+    def get_config(self):
+        return {"max_delay": self.max_delay}
+
+
+class AdaSync(Policy):
+    """AdaSync (Dutta, Wang and Joshi, "Slow and stale gradients can win the race:
+    error-runtime trade-offs in distributed SGD", AISTATS 2018; journal version "Slow and
+    stale gradients can win the race", IEEE JSAIT 2021): K-sync SGD whose K is raised
+    during training as the training loss falls. A small K early on runs fast while the
+    loss falls whatever the gradient noise; a larger K later lowers the noise floor.
+
+    K starts at ``k0`` and, every ``refresh_every`` updates, becomes
+    ``min(workers, ceil(k0 * sqrt(F0 / F)))``, where F0 is the first loss reported and
+    F the latest. Two choices of ours: F0 is the first *reported* loss (with
+    `strategies.callbacks.KSyncLossCallback` the first epoch's, not the loss at
+    initialisation), and K never goes down (a loss that ticks up from noise does not
+    undo a round size). The loss comes from ``Observation.loss``: on the strategy
+    `KSyncStrategy.report_loss` (the callback calls it), in the simulator its evaluated
+    loss. Without any reported loss K stays at ``k0``, and `explain` says so.
+
+    Example:
+
+    >>> import ksync
+    >>> policy = ksync.AdaSync(k0=1, refresh_every=10)
+    >>> policy.rule(num_workers=8).k
+    1
+    >>> def at(version, loss):
+    ...     return policy.observe(ksync.Observation(version, (0.1,) * 8, tuple(range(8)),
+    ...                                             loss=loss))
+    >>> at(10, 2.0) is None                     # the first loss is F0: K stays 1
+    True
+    >>> at(20, 0.5).k                           # ceil(1 * sqrt(2.0 / 0.5)) = 2
+    2
+    >>> at(30, 0.01).k                          # sqrt(200) > 8: capped at the 8 workers
+    8
+    """
+
+    name = "adasync"
+
+    def __init__(self, k0: int = 1, refresh_every: int = 20):
+        super().__init__()
+        _check_int("AdaSync k0 (the starting K)", k0, 1)
+        _check_int("refresh_every", refresh_every, 1)
+        self.k0 = k0
+        self.refresh_every = refresh_every
+        self._num_workers = None
+        self._k = k0
+        self._initial_loss = None
+        self._status = None
+
+    def _rule(self, num_workers):
+        self._num_workers = num_workers
+        self._k = self.k0
+        self._initial_loss = None
+        self._status = (f"AdaSync: no training loss reported yet, so K stays at K0={self.k0} "
+                        "(report it with strategy.report_loss(loss) or "
+                        "strategies.callbacks.KSyncLossCallback)")
+        return Rule(k=self.k0, wait=True, max_staleness=0)
+
+    def observe(self, observation):
+        loss = observation.loss
+        if loss is None or not math.isfinite(loss):
+            return None
+        loss = float(loss)
+        if self._initial_loss is None:
+            self._initial_loss = loss
+            self._status = (f"AdaSync: initial loss F0={loss:.4g} at version "
+                            f"{observation.version}, K0={self.k0}")
+            return None
+        if self._initial_loss <= 0:
+            # A loss that starts at or below zero has no ratio to scale K by.
+            self._status = (f"AdaSync: initial loss F0={self._initial_loss:.4g} is not "
+                            f"positive, so K stays at {self._k}")
+            return None
+        ratio = self._initial_loss / loss if loss > 0 else math.inf
+        wanted = self.k0 * math.sqrt(ratio) if ratio > 1 else self.k0
+        k = min(self._num_workers, max(self._k, math.ceil(wanted - 1e-9)))
+        self._status = (f"AdaSync: loss {loss:.4g} from F0={self._initial_loss:.4g}: "
+                        f"ceil({self.k0} * sqrt({ratio:.3g})) capped at "
+                        f"{self._num_workers} workers, never lowered: K={k}")
+        if k == self._k:
+            return None
+        self._k = k
+        rule = Rule(k=k, wait=True, max_staleness=0)
+        self.record(observation.version, rule,
+                    f"loss fell from {self._initial_loss:.4g} to {loss:.4g}: "
+                    f"K = min({self._num_workers}, ceil({self.k0} * sqrt(F0 / F))) = {k}")
+        return rule
+
+    def explain(self):
+        return f"{super().explain()}; {self._status}" if self._status else super().explain()
+
+    def get_config(self):
+        return {"k0": self.k0, "refresh_every": self.refresh_every}
+
+
 _BY_NAME = {cls.name: cls for cls in (BSP, ASP, SSP, KSync, KAsync, BackupWorkers, Adaptive,
-                                      SyncSwitch, ASHL)}
+                                      SyncSwitch, ASHL, Rennala, Ringmaster, AdaSync)}
 
 
 def parse(spec: str) -> Policy:
@@ -409,7 +583,8 @@ def get(name: str, **kwargs) -> Policy:
         problem = " and ".join(([f"needs {', '.join(missing)}"] if missing else []) +
                                ([f"has no argument {', '.join(unknown)}"] if unknown else []))
         message = f"policy {name!r} {problem}; it takes {cls.__name__}({takes})"
-        if "k" in missing:
-            message += f', e.g. ksync.get("{key}", k=2) or the spec "{key}:k=2"'
+        if missing:
+            p = missing[0]
+            message += f', e.g. ksync.get("{key}", {p}=2) or the spec "{key}:{p}=2"'
         raise ValueError(message + ".")
     return cls(**kwargs)

@@ -1,4 +1,5 @@
-"""Keras callback that puts `KSyncStrategy.telemetry()` into the training logs."""
+"""Keras callbacks of `KSyncStrategy`: telemetry into the training logs, and the training
+loss to the policy."""
 
 import tf_keras as keras
 import tensorflow as tf
@@ -63,3 +64,40 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class KSyncLossCallback(keras.callbacks.Callback):
+    """Report each epoch's training loss (``logs["loss"]``) to the strategy's policy,
+    through `KSyncStrategy.report_loss`, for policies that follow the loss
+    (`ksync.AdaSync` raises K as it falls).
+
+    Under a parameter-server strategy tf_keras fetches the step results from the
+    workers only at an epoch's end (per-batch logs are remote values that are never
+    fetched), so the loss is reported once an epoch and reading it costs no extra
+    round trip to a worker. For a report more often than once an epoch, use shorter
+    epochs (``steps_per_epoch``). A custom `ClusterCoordinator` loop calls
+    ``strategy.report_loss`` itself.
+
+    Example:
+
+    ```python
+    strategy = strategies.KSyncStrategy(resolver, policy=ksync.AdaSync(k0=1))
+    ...
+    model.fit(ds, epochs=20, steps_per_epoch=100,
+              callbacks=[KSyncLossCallback(strategy)])
+    strategy.policy.explain()   # "...: loss fell from 2.3 to 0.41: K = ... = 3"
+    ```
+    """
+
+    def __init__(self, strategy, key: str = "loss"):
+        super().__init__()
+        if not hasattr(strategy, "report_loss"):
+            raise TypeError(f"KSyncLossCallback needs a KSyncStrategy, got "
+                            f"{type(strategy).__name__}.")
+        self.strategy = strategy
+        self.key = key
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.key)
+        if isinstance(value, (int, float)) or hasattr(value, "__float__"):
+            self.strategy.report_loss(value)

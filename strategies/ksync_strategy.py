@@ -196,6 +196,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         #: held while the rule changes; hold it to read or restore a consistent state.
         self.rule_lock = threading.Lock()
         self._waits_in_graph = False  # a traced step waits for its round in the graph
+        self._loss = None  # latest finite training loss reported (see report_loss)
         self._allocation = None  # before the coordinator: its threads read it at once
         self.coordinator = KSyncCoordinator(self)
         if schedule is not None:
@@ -300,6 +301,30 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         worker die or stall, or the others run out of steps."""
         return self._waits_in_graph
 
+    def report_loss(self, value) -> None:
+        """Tell the policy the current training loss (policies that follow the loss,
+        such as `ksync.AdaSync`, read it at their next observation; the others ignore
+        it). `strategies.callbacks.KSyncLossCallback` calls this with ``logs["loss"]``
+        at each epoch's end of ``model.fit``; a custom `ClusterCoordinator` loop calls
+        it itself with a loss it fetched, e.g. ``strategy.report_loss(float(
+        loss_remote_value.fetch()))``. A value that is not a finite number (NaN, a
+        diverged step) is ignored and the last finite one kept.
+
+        ```python
+        strategy = strategies.KSyncStrategy(resolver, policy=ksync.AdaSync(k0=1))
+        for epoch in range(epochs):
+            ...                               # schedule the epoch's steps, join
+            strategy.report_loss(epoch_loss)  # K rises as this falls
+        ```
+        """
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"report_loss takes a number (the training loss), got "
+                            f"{type(value).__name__}.") from None
+        if value == value and value not in (float("inf"), float("-inf")):
+            self._loss = value
+
     def rule_capped_for_work(self) -> bool:
         """Whether K is lowered now because other workers had no steps left."""
         return self.controller.capped_for_work
@@ -329,7 +354,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                 iteration_times=tuple(usual), running_times=tuple(running),
                 staleness_hist=tuple(counters["staleness_hist"].sum(axis=0)),
                 worker_samples=tuple(counters["worker_samples"]), busy_s=tuple(busy),
-                blocked_workers=self._blocked_workers(counters)))
+                blocked_workers=self._blocked_workers(counters), loss=self._loss))
             if decision.changed:
                 self._state.set_rule(decision.rule)
             if decision.sizes is not None:

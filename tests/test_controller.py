@@ -38,6 +38,43 @@ def test_k_drops_to_the_blocked_workers_only_when_they_are_all_that_can_push():
     assert controller.refresh(measure(5)).rule.k == 3 and not controller.capped_for_work
 
 
+def test_a_rule_without_waiting_is_not_capped_at_the_live_workers():
+    """Rennala's B gradients at the current version may all come from one worker: a
+    cap at the live workers (or at those with steps left) would change the method, not
+    unblock a round, so only waiting rules are capped."""
+    controller = RuleController(ksync.Rennala(batch=8), 3)
+    assert controller.refresh(measure(0)).rule.k == 8
+    decision = controller.refresh(measure(4, live=(1,), blocked=(1,)))
+    assert decision.rule.k == 8 and not decision.changed and not controller.capped_for_work
+    assert controller.explain().endswith("initial rule")
+    # K-async likewise: workers push again without waiting, so K > live completes.
+    kasync = RuleController(ksync.KAsync(k=3), 3)
+    kasync.refresh(measure(0))
+    assert kasync.refresh(measure(2, live=(0,))).rule.k == 3
+
+
+def test_a_waiting_rule_is_still_capped_at_the_live_workers():
+    controller = RuleController(ksync.AdaSync(k0=3), 3)
+    controller.refresh(measure(0))
+    assert controller.refresh(measure(2, live=(0, 1))).rule.k == 2
+
+
+def test_the_measured_loss_reaches_the_policy():
+    seen = []
+
+    class Recording(ksync.ASP):
+        refresh_every = 1
+
+        def observe(self, observation):
+            seen.append(observation.loss)
+
+    controller = RuleController(Recording(), 3)
+    controller.refresh(Measurement(version=0, live_workers=(0, 1, 2)))
+    controller.refresh(Measurement(version=1, live_workers=(0, 1, 2), loss=0.75))
+    controller.refresh(Measurement(version=2, live_workers=(0, 1, 2)))
+    assert seen == [0.75, None]
+
+
 def test_the_policy_sees_the_staleness_of_its_window_only():
     seen = []
 
@@ -136,3 +173,31 @@ def test_strategy_and_simulator_decide_alike_on_the_same_speeds(cluster):
     assert (real_rule.k, real_rule.wait) == (sim_rule.k, sim_rule.wait) == (2, False)
     # "1 of 3 measured workers slower than 1.3x the fastest (...)"
     assert real_why.split(" (")[0] == sim_why.split(" (")[0]
+
+
+def test_adasync_on_the_strategy_follows_the_loss_fit_reports(cluster):
+    """The loss travels from `model.fit`'s epoch logs through `KSyncLossCallback` and
+    `KSyncStrategy.report_loss` to the controller, and K rises on the PS as it falls."""
+    import tf_keras as keras
+
+    from cluster_sim.workloads import compile_classifier, digits, mlp
+    from strategies import KSyncStrategy
+    from strategies.callbacks import KSyncLossCallback
+
+    data = digits()
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.AdaSync(k0=1, refresh_every=1))
+    with strategy.scope():
+        model = compile_classifier(mlp(data.num_features, data.num_classes),
+                                   keras.optimizers.SGD(0.1))
+    assert "no training loss reported yet" in strategy.policy.explain()
+    history = model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(32)),
+                        epochs=4, steps_per_epoch=20, verbose=0,
+                        callbacks=[KSyncLossCallback(strategy)])
+    losses = history.history["loss"]
+    assert losses[2] < losses[0], losses        # the premise: training lowers the loss
+    explained = strategy.policy.explain()
+    assert f"F0={losses[0]:.4g}" in explained, explained
+    assert strategy.rule.k >= 2 and strategy.telemetry()["k"] == strategy.rule.k
+    assert any("loss fell from" in why for _, _, why in strategy.policy.history)
+    with pytest.raises(TypeError, match="takes a number"):
+        strategy.report_loss("low")

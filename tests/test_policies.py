@@ -191,3 +191,136 @@ def test_adaptive_raises_k_with_many_workers_to_bound_typical_staleness():
     assert f"K raised from {within} to {rule.k}" in policy.explain()
     with pytest.raises(ValueError, match="target_staleness"):
         ksync.Adaptive(target_staleness=0.5)
+
+
+# -- rules from the recent literature ------------------------------------------------
+
+
+def test_rennala_fast_worker_fills_a_round_stale_gradients_dropped_nobody_waits():
+    """Rennala SGD, B=4 over 3 workers: worker 0 (fast) pushes three gradients at the
+    current version, worker 1 one: the round commits with them; worker 2's gradient,
+    computed at the old version, is dropped; no worker is ever told to wait."""
+    rule = ksync.Rennala(batch=4).rule(3)   # B > workers is legal
+    assert rule == Rule(k=4, wait=False, max_staleness=0)
+    state = UpdateState(3, rule)
+    results = run_sequence(state, [(0, 0, 8), (0, 0, 8), (1, 0, 8), (0, 0, 8),   # round 0
+                                   (2, 0, 8),                                    # stale
+                                   (1, 1, 8)])
+    assert [r.committed for r in results] == [False, False, False, True, False, False]
+    assert [r.accepted for r in results] == [True, True, True, True, False, True]
+    assert results[4].staleness == 1 and state.dropped == 1
+    assert state.version == 1 and state.applied == 4 and state.pending == 1
+    assert all(state.may_start(w) for w in range(3))
+    state.check_invariants()
+
+
+def test_rennala_one_worker_alone_completes_rounds():
+    state = UpdateState(4, ksync.Rennala(batch=8).rule(4))
+    for _ in range(16):
+        assert state.may_start(0)
+        state.push(0, state.version, 8)
+    assert state.version == 2 and state.dropped == 0
+
+
+def test_ringmaster_applies_delays_up_to_r_and_drops_the_rest():
+    rule = ksync.Ringmaster(max_delay=2).rule(4)
+    assert rule == ksync.SSP(max_staleness=2).rule(4)  # the same rule under drop semantics
+    state = UpdateState(4, rule)
+    results = run_sequence(state, [(0, 0, 8), (1, 0, 8), (2, 0, 8), (3, 0, 8),
+                                   (0, 1, 8), (1, 3, 8), (3, 1, 8)])
+    assert [r.staleness for r in results] == [0, 1, 2, 3, 2, 1, 4]
+    assert [r.accepted for r in results] == [True, True, True, False, True, True, False]
+    assert all(r.committed for r in results if r.accepted)   # applied on arrival
+    assert state.version == 5 and state.dropped == 2
+    assert all(state.may_start(w) for w in range(4))
+    state.check_invariants()
+
+
+def test_ringmaster_delay_boundary_exactly():
+    state = UpdateState(2, ksync.Ringmaster(max_delay=3).rule(2))
+    for _ in range(10):
+        state.push(0, state.version, 8)
+    assert state.push(1, 10 - 3, 8).accepted            # delay 3 = R: applied
+    assert not state.push(1, 11 - 4, 8).accepted        # delay 4 > R: ignored
+
+
+def adasync_observe(policy, version, loss, workers=8):
+    return policy.observe(Observation(version=version, iteration_times=(0.1,) * workers,
+                                      live_workers=tuple(range(workers)), loss=loss))
+
+
+def test_adasync_raises_k_as_the_loss_falls_capped_at_the_workers():
+    policy = ksync.AdaSync(k0=2, refresh_every=10)
+    assert policy.rule(8) == Rule(k=2, wait=True, max_staleness=0)
+    ks = []
+    for version, loss in enumerate([4.0, 3.0, 1.0, 0.9, 0.25, 0.3, 0.05, 0.001], start=1):
+        rule = adasync_observe(policy, version * 10, loss)
+        ks.append(rule.k if rule is not None else None)
+    # F0 = 4: K = ceil(2 * sqrt(4 / F)): 3.0 -> 3, 1.0 -> 4, 0.9 -> 5, 0.25 -> 8,
+    # 0.3 -> still 8 (never lowered), 0.05 -> 18 capped at 8.
+    assert ks == [None, 3, 4, 5, 8, None, None, None]
+    assert "K = min(8, ceil(2 * sqrt(F0 / F))) = 8" in policy.explain()
+    assert [v for v, _, _ in policy.history] == [0, 20, 30, 40, 50]
+
+
+def test_adasync_without_a_loss_keeps_k0_and_says_so():
+    policy = ksync.AdaSync(k0=3)
+    policy.rule(4)
+    for version in (20, 40, 60):
+        assert adasync_observe(policy, version, None, workers=4) is None
+    assert adasync_observe(policy, 80, float("nan"), workers=4) is None
+    assert policy.history[-1][1].k == 3
+    assert "no training loss reported yet, so K stays at K0=3" in policy.explain()
+    assert "report_loss" in policy.explain()
+
+
+def test_adasync_through_the_controller_takes_the_measured_loss():
+    controller = ksync.RuleController(ksync.AdaSync(k0=1, refresh_every=5), 4)
+
+    def refresh(version, loss):
+        return controller.refresh(ksync.Measurement(version=version, live_workers=(0, 1, 2, 3),
+                                                    loss=loss))
+
+    refresh(0, None)
+    assert refresh(5, 1.0).rule.k == 1       # F0
+    assert refresh(10, 0.1).rule.k == 4      # ceil(sqrt(10)) = 4 = the workers
+    # a dead worker caps the waiting rule at the live workers, with the usual reason
+    decision = controller.refresh(ksync.Measurement(version=12, live_workers=(0, 1, 2)))
+    assert decision.rule.k == 3 and "3 live worker" in controller.explain()
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("rennala:batch=16", ksync.Rennala(batch=16)),
+    ("Rennala:batch=2", ksync.Rennala(batch=2)),
+    ("ringmaster:max_delay=0", ksync.Ringmaster(max_delay=0)),
+    ("adasync", ksync.AdaSync()),
+    ("adasync:k0=2;refresh_every=50", ksync.AdaSync(k0=2, refresh_every=50)),
+], ids=str)
+def test_new_rules_parse_by_name(spec, expected):
+    policy = ksync.parse(spec)
+    assert type(policy) is type(expected) and policy.get_config() == expected.get_config()
+    assert ksync.get(type(expected).name, **expected.get_config()).get_config() == \
+        expected.get_config()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: ksync.Rennala(batch=0), "Rennala batch .* must be an integer >= 1, got 0"),
+    (lambda: ksync.parse("rennala:batch=-3"), "Rennala batch .* >= 1, got -3"),
+    (lambda: ksync.parse("rennala:batch=1.5"), "Rennala batch .* got 1.5"),
+    (lambda: ksync.parse("rennala"), r'needs batch.*"rennala:batch=2"'),
+    (lambda: ksync.Ringmaster(max_delay=-1), "Ringmaster max_delay .* >= 0, got -1"),
+    (lambda: ksync.parse("ringmaster"), r'needs max_delay.*"ringmaster:max_delay=2"'),
+    (lambda: ksync.AdaSync(k0=0), "AdaSync k0 .* >= 1, got 0"),
+    (lambda: ksync.AdaSync(refresh_every=0), "refresh_every must be an integer >= 1"),
+    (lambda: ksync.AdaSync(k0=9).rule(8), "only 8 worker"),
+    (lambda: ksync.parse("adasync:k=2"), "has no argument k"),
+])
+def test_new_rules_refuse_bad_parameters_clearly(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_only_waiting_rules_refuse_k_above_the_workers():
+    assert ksync.KAsync(k=6).rule(3).k == 6          # async: workers push again
+    with pytest.raises(ValueError, match="only 3 worker"):
+        ksync.KSync(k=6).rule(3)

@@ -14,14 +14,14 @@ from ksync.tf_state import PSUpdateState
 DEVICE = "/device:CPU:0"
 
 
-def make_pusher(state, var):
+def make_pusher(state, var, direct=False):
     def apply_fn(v, g):
         return v.assign_sub(g)
 
     @tf.function
     def push(grad, version_read, samples, worker):
         return state.push([(apply_fn, var, grad)], version_read, samples,
-                          tf.constant(0.01, tf.float64), worker)
+                          tf.constant(0.01, tf.float64), worker, direct=direct)
 
     return push
 
@@ -44,7 +44,8 @@ class _Fixed(ksync.Policy):
                                     ksync.SSP(max_staleness=1, stale_action="downweight"),
                                     ksync.SSP(max_staleness=2), ksync.ASP(),
                                     _Fixed(ksync.Rule(k=2, wait=False, max_staleness=2,
-                                                      staleness_scaling=True))],
+                                                      staleness_scaling=True)),
+                                    ksync.Rennala(batch=4), ksync.Ringmaster(max_delay=1)],
                          ids=repr)
 def test_tf_state_matches_reference(policy):
     num_workers = 3
@@ -52,7 +53,9 @@ def test_tf_state_matches_reference(policy):
     reference = ksync.UpdateState(num_workers, rule)
     state = PSUpdateState(num_workers, rule, DEVICE)
     var = tf.Variable(tf.zeros([2]))
-    push = make_pusher(state, var)
+    # The strategy applies a static K = 1 rule outside the lock (`direct`): Ringmaster
+    # takes that path here, the others the aggregate's (which Adaptive uses at K = 1).
+    push = make_pusher(state, var, direct=isinstance(policy, ksync.Ringmaster))
     rng = random.Random(7)
     expected = np.zeros(2)
     round_grads = []
@@ -154,3 +157,23 @@ def test_sparse_gradients_aggregate_like_dense_ones():
     assert dense.counters()["version"] == sparse.counters()["version"] == 1
     np.testing.assert_allclose(sparse_var.numpy(), dense_var.numpy())
     assert np.abs(dense_var.numpy()).sum() > 0
+
+
+def test_rennala_on_the_tf_state_one_fast_worker_fills_the_round():
+    """The push sequence of the reference test (tests/test_policies.py): a fast worker
+    contributes three gradients at the current version, a stale one is dropped, and the
+    update is the sample-weighted mean of the round's four gradients."""
+    rule = ksync.Rennala(batch=4).rule(3)
+    state, reference = PSUpdateState(3, rule, DEVICE), ksync.UpdateState(3, rule)
+    var = tf.Variable(tf.zeros([1]))
+    push = make_pusher(state, var)
+    pushes = [(0, 0, 1.0), (0, 0, 2.0), (1, 0, 3.0), (0, 0, 4.0), (2, 0, 100.0), (1, 1, 5.0)]
+    for worker, v_read, grad in pushes:
+        reference.push(worker, v_read, 8.0)
+        push(tf.constant([grad]), tf.constant(v_read, tf.int64), tf.constant(8.0),
+             tf.constant(worker, tf.int64))
+    c = state.counters()
+    assert (c["version"], c["applied"], c["dropped"], c["pending"]) == (
+        reference.version, reference.applied, reference.dropped, reference.pending) == (1, 4, 1, 1)
+    np.testing.assert_allclose(var.numpy(), [-2.5])   # mean of 1, 2, 3, 4; 100 dropped
+    assert bool(c["wait"]) is False and c["k"] == 4
