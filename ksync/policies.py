@@ -424,12 +424,13 @@ class Ringmaster(Policy):
     a consistency tolerance, Ringmaster's threshold is chosen, in the paper, from the
     gradient noise and the target accuracy and not from the workers' speeds, which is
     what makes the method optimal without knowing them; results and tuning grids are
-    reported under the paper's name. Two differences from the paper: the paper's
-    threshold R admits delays *below* R (its Algorithm 4; the reference implementation
-    restarts a worker whose delay reaches R), so its R is ``max_delay + 1``; and its
-    variant with calculation stops (Algorithm 5) interrupts a worker whose delay
-    reaches R, while ksync cannot interrupt a running step, so such a gradient is
-    computed and dropped on arrival (Algorithm 4, without stops).
+    reported under the paper's name. Two differences from the paper: its threshold R
+    seems to admit delays *below* R (a public implementation restarts a worker whose
+    delay reaches R, and Ringmaster LMO, which builds on it, accepts delays below R;
+    the paper's own text was not at hand to check), which makes its R ``max_delay + 1``;
+    and its variant with calculation stops (Algorithm 5) interrupts a worker whose
+    delay reaches R, while ksync cannot interrupt a running step, so such a gradient is
+    computed and dropped on arrival (as in Algorithm 4, without stops).
 
     Example:
 
@@ -461,7 +462,8 @@ class AdaSync(Policy):
 
     K starts at ``k0`` and, every ``refresh_every`` updates, becomes
     ``min(workers, ceil(k0 * sqrt(F0 / F)))``, where F0 is the first loss reported and
-    F the latest. Two choices of ours: F0 is the first *reported* loss (with
+    F the latest (the paper's rule K = ceil(sqrt(F(w0) / F(wt)) * K0), written from our
+    reading of it; its text was not at hand to re-check). Two choices of ours: F0 is the first *reported* loss (with
     `strategies.callbacks.KSyncLossCallback` the first epoch's, not the loss at
     initialisation), and K never goes down (a loss that ticks up from noise does not
     undo a round size). The loss comes from ``Observation.loss``: on the strategy
