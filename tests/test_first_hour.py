@@ -82,8 +82,11 @@ def test_history_says_how_many_updates_an_epoch_made(cluster):
                         epochs=2, steps_per_epoch=10, verbose=0,
                         callbacks=[KSyncTelemetryCallback(strategy)])
     assert history.history["ksync_pushes_per_epoch"] == [10, 10]
-    # K = 2 pushes per update: about 5 updates an epoch (a round may straddle epochs).
-    assert all(4 <= u <= 6 for u in history.history["ksync_updates_per_epoch"]), history.history
+    updates = history.history["ksync_updates_per_epoch"]
+    assert sum(updates) == strategy.telemetry()["version"], history.history
+    # K = 2 gradients per update: at most 5 updates from 10 pushes, fewer when a late
+    # worker's gradients are dropped, 6 when a round straddles the epochs.
+    assert all(1 <= u <= 6 for u in updates), history.history
     strategy.shutdown()
 
 

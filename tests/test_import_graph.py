@@ -23,7 +23,7 @@ LAYERS = [
     ("cluster_sim.scenarios", "cluster_sim.report", "cluster_sim.workloads",
      "cluster_sim.netns"),
     ("cluster_sim.sim", "cluster_sim.harness", "cluster_sim.local_cluster",
-     "cluster_sim.slowdown", "cluster_sim.signaller"),
+     "cluster_sim.slowdown"),
     ("cluster_sim.cli", "cluster_sim.__main__"),
 ]
 APART = [("cluster_sim.sim", "cluster_sim.harness")]  # same layer, no arrow either way
