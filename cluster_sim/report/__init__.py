@@ -8,6 +8,8 @@
   with the seed-to-seed noise it is judged against;
 * `cluster_sim.report.writer`: `summarise`, `write_report`, `load_results`,
   `format_table`, `version_to_wall`;
+* `cluster_sim.report.stats`: interpolated crossing times, bootstrap intervals over
+  seeds, paired ratios and the coefficient of variation;
 * ``python -m cluster_sim report RUN_DIR`` (or ``python -m cluster_sim.report``) rebuilds
   a report from any results.json.
 """
@@ -24,3 +26,7 @@ __all__ = ["RunResult", "SCHEMA_VERSION", "TTA_DEFINITION", "median_tta", "media
            "format_cell", "text_table", "markdown_table_rows", "summarise", "write_report",
            "load_results", "main", "format_table", "markdown_table", "step_time_spread",
            "version_to_wall", "REQUIRED_KEYS", "COLUMNS", "verdict", "seed_noise"]
+
+from cluster_sim.report.stats import (bootstrap_ci, coefficient_of_variation,  # noqa: E402
+                                      crossing_time, paired_ratio_ci)
+__all__ += ["crossing_time", "bootstrap_ci", "paired_ratio_ci", "coefficient_of_variation"]
