@@ -1,15 +1,25 @@
-"""Scenarios: built-ins load, speeds and events are right, bad input fails clearly."""
+"""Scenarios: built-ins load, speeds and events are right, bad input fails clearly; the
+benchmark's 8-worker set, and the simulator and the harness playing the same speeds."""
 
+import csv
 import dataclasses
 import math
 import pathlib
+import statistics
 
 import pytest
 
-from cluster_sim.scenarios import (DEFAULT_TRACE_DIR, Scenario, SpeedSchedule, builtin_names,
-                                   load_scenario)
+from cluster_sim.scenarios import (BENCH_DIR, DEFAULT_TRACE_DIR, Scenario, SpeedSchedule,
+                                   bench_names, builtin_names, load_scenario, parse_scenario)
+from cluster_sim.scenarios.machine_usage import usage_file
+from cluster_sim.sim.speeds import make_speed_model
 
 SHARED_TRACES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_pai"
+SHARED_USAGE = SHARED_TRACES.parent / "alibaba2018_machine_usage"
+HAVE_USAGE = usage_file(SHARED_USAGE).is_file()
+NO_USAGE = "../shared/traces/alibaba2018_machine_usage not present (it is never shipped)"
+BENCH = {"homogeneous", "static", "slow3x", "trace", "colocated", "colocated_usage", "pause",
+         "churn"}
 
 MINIMAL = "workers = 2\n"
 
@@ -192,3 +202,231 @@ def test_blackbox_inject_mode(tmp_path):
     assert load_scenario("static").inject == "delay"
     with pytest.raises(ValueError, match="cannot be combined with pause or kill"):
         dataclasses.replace(load_scenario("churn"), inject="sigstop")
+
+
+# -- the benchmark's 8-worker scenarios ---------------------------------------------------
+
+def test_bench_set_is_complete_and_every_file_loads_with_8_workers():
+    assert set(bench_names()) == {f"bench/{n}" for n in BENCH}
+    for name in bench_names():
+        if name == "bench/colocated_usage" and not HAVE_USAGE:
+            continue  # its own tests below
+        s = load_scenario(name)
+        assert (s.name, s.num_workers, s.data) == (name, 8, "teacher")
+        assert load_scenario(s.name) == s  # the name in a results file loads it again
+        # 1.0 = the reference; a trace's fastest median is 1.0, its fast moments a bit more.
+        assert all(0 < v <= (1.2 if name == "bench/trace" else 1.0) for v in s.speeds_at(0.0))
+        assert s.momentum > 0
+    # The 4-worker files keep their meaning: the demo and many tests use them.
+    assert load_scenario("static").speeds_at(0) == [1.0, 1.0, 0.5, 0.25]
+    assert load_scenario("static").data == "digits"
+
+
+def test_bench_static_spans_4x_and_the_others_are_what_they_say():
+    static = load_scenario("bench/static").speeds_at(0.0)
+    assert max(static) / min(static) == 4.0
+    # Equal to the 4-worker static tiled over 8 workers, as the simulator tiles it.
+    assert make_speed_model("static", 8, 1000).speed(7, 0.0) == static[7] == 0.25
+    assert [make_speed_model("static", 8, 1000).speed(w, 0) for w in range(8)] == static
+    assert load_scenario("bench/homogeneous").speeds_at(3.0) == [1.0] * 8
+    slow = load_scenario("bench/slow3x").speeds_at(0.0)
+    assert slow[:7] == [1.0] * 7 and slow[7] == pytest.approx(1 / 3)
+    col = load_scenario("bench/colocated")
+    assert col.speeds_at(1.0) == [1, 0.5, 1, 0.5, 1, 1, 1, 1]
+    assert col.speeds_at(31.0) == [1, 1, 1, 1, 1, 0.5, 1, 0.5]
+    assert col.speeds_at(61.0) == col.speeds_at(1.0)  # periodic
+    assert col.mean_speed(5, 0.0, 60.0) == pytest.approx(0.75)
+
+
+def test_bench_pause_and_churn_events():
+    pause = load_scenario("bench/pause")
+    assert [(e.at_s, e.worker, e.action) for e in pause.events] == [
+        (20.0, 1, "pause"), (50.0, 1, "resume"), (90.0, 6, "pause"), (120.0, 6, "resume")]
+    assert pause.effective_speed(1, 30.0) == 0.0 and pause.effective_speed(1, 50.0) == 1.0
+    churn = load_scenario("bench/churn")
+    assert [(e.at_s, e.worker, e.action) for e in churn.events] == [
+        (20.0, 3, "kill"), (50.0, 3, "restart"), (90.0, 4, "kill"), (120.0, 4, "restart")]
+    assert churn.mean_speed(4, 80.0, 130.0) == pytest.approx(20 / 50)
+
+
+def _trace_medians(path, workers):
+    """Median speed (1 / batch_time_norm) of each worker, read straight from the CSV."""
+    times = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            times.setdefault(int(row["worker"]), []).append(float(row["batch_time_norm"]))
+    return [1.0 / statistics.median(times[w]) for w in workers]
+
+
+@pytest.mark.parametrize("directory, csv_name", [
+    (None, "job_4_norm_sample.csv"),
+    pytest.param(SHARED_TRACES, "job_4_norm.csv", marks=pytest.mark.skipif(
+        not SHARED_TRACES.is_dir(), reason="../shared/traces/alibaba_pai not present")),
+])
+def test_bench_trace_workers_median_speeds_differ_at_least_2x(directory, csv_name):
+    s = load_scenario("bench/trace", traces_dir=directory)
+    workers = [0, 1, 2, 3, 4, 5, 6, 9]  # as the file's comment says
+    csv_path = (directory or BENCH_DIR / "traces") / csv_name
+    medians = _trace_medians(csv_path, workers)
+    assert max(medians) / min(medians) >= 2.0
+    # The scenario plays those very workers: the same medians, fastest at 1.0.
+    played = [statistics.median(s.slowdowns[w][0].speeds) for w in range(8)]
+    assert played == pytest.approx([m / max(medians) for m in medians], rel=1e-9)
+    assert max(played) / min(played) >= 2.0
+
+
+def test_bench_trace_excerpt_is_small_and_attributed():
+    excerpt = BENCH_DIR / "traces" / "job_4_norm_sample.csv"
+    assert excerpt.stat().st_size < 100_000
+    readme = (BENCH_DIR / "traces" / "README.md").read_text()
+    assert "CC BY 4.0" in readme and "MLaaS in the Wild" in readme
+
+
+def test_overrides_replace_keys_before_reading_and_the_trace_pace_follows():
+    base = load_scenario("bench/trace")
+    slower = load_scenario("bench/trace", overrides={"us_per_sample": 2 * base.us_per_sample,
+                                                     "training.batch_size": 16,
+                                                     "target_accuracy": 0.8})
+    assert (slower.batch_size, slower.target_accuracy) == (16, 0.8)
+    # One trace iteration = one nominal step: same step time (2x per sample, half the
+    # batch), same period.
+    assert slower.slowdowns[0][0].period_s == pytest.approx(base.slowdowns[0][0].period_s)
+    with pytest.raises(ValueError, match="training.batch_size: must be > 0"):
+        load_scenario("bench/static", overrides={"training.batch_size": 0})
+
+
+def _usage_csv(tmp_path, rows):
+    # machine_id, time_stamp, cpu_util_percent, then the trace's 6 other columns.
+    lines = [f"{m},{t},{cpu},50,,,1,1,1" for m, t, cpu in rows]
+    path = tmp_path / "machine_usage_16machines.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_machine_usage_section_reads_available_cpu(tmp_path):
+    # Two machines sampled every 100 s for 1000 s; m_b is busier in its second half.
+    rows = [(m, t, cpu) for t in range(0, 1001, 100) for m, cpu in
+            (("m_a", 20), ("m_b", 40 if t < 500 else 90))]
+    _usage_csv(tmp_path, rows)
+    text = ("workers = 3\n[slowdowns]\nspeeds = [1.0, 1.0, 0.5]\n"
+            "[slowdowns.machine_usage]\ndir = '.'\nmachines = ['m_b', 'm_a']\n"
+            "workers = [2, 0]\ngrid_s = 250\ntime_unit_s = 0.01\n")
+    s = load_scenario(write(tmp_path, text))
+    # 250 s windows of the trace last 2.5 s; worker 2 = m_b times its static 0.5.
+    assert s.speeds_at(0.0) == pytest.approx([0.8, 1.0, 0.6 * 0.5])
+    assert s.speed(2, 5.1) == pytest.approx(0.1 * 0.5)  # window [500, 750): 90 % busy
+    assert s.speed(1, 5.1) == 1.0  # no machine: a dedicated worker
+    assert s.slowdowns[2][1].period_s == pytest.approx(10.0)  # 4 windows, then it loops
+    late = load_scenario(write(tmp_path, text + "start_s = 500\n", "late.toml"))
+    assert late.speed(2, 0.0) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("extra, match", [
+    ("machines = ['m_zz']\n", r"machines: .*no machine 'm_zz'.*m_a"),
+    ("machines = []\n", r"machines: expected a non-empty list"),
+    ("machines = ['m_a']\nworkers = [0, 1]\n", r"workers: expected 1 distinct"),
+    ("machines = ['m_a']\nstart_s = 5000\n", r"start_s: start_s 5000 is past the trace"),
+    ("machines = ['m_a']\ncpu = 1\n", r"machine_usage.cpu: unknown key"),
+])
+def test_machine_usage_section_errors_name_the_key(tmp_path, extra, match):
+    _usage_csv(tmp_path, [(m, t, 30) for t in range(0, 1001, 100) for m in ("m_a", "m_b")])
+    with pytest.raises(ValueError, match=match):
+        load_scenario(write(tmp_path, "workers = 2\n[slowdowns.machine_usage]\n"
+                                      "dir = '.'\ngrid_s = 250\n" + extra))
+
+
+def test_colocated_usage_names_a_missing_trace_and_how_to_pass_it(tmp_path):
+    with pytest.raises(ValueError, match=r"colocated_usage.toml: slowdowns.machine_usage.dir: "
+                                         r"the Alibaba 2018 machine-usage trace is not at "
+                                         r".*nope.*not shipped.*machine_usage="):
+        load_scenario("bench/colocated_usage", machine_usage=tmp_path / "nope")
+    # Other scenarios ignore the option, so one command line serves all.
+    assert load_scenario("bench/static", machine_usage=tmp_path / "nope").num_workers == 8
+
+
+@pytest.mark.skipif(not HAVE_USAGE, reason=NO_USAGE)
+def test_colocated_usage_follows_the_real_machines_available_cpu():
+    s = load_scenario("bench/colocated_usage", machine_usage=SHARED_USAGE)
+    machines = [f"m_{n}" for n in range(1934, 1942)]
+    cpu = {m: [] for m in machines}
+    with open(usage_file(SHARED_USAGE), newline="") as fh:
+        for row in csv.reader(fh):
+            if row[0] in cpu and row[2]:
+                cpu[row[0]].append(float(row[2]))
+    for w, m in enumerate(machines):
+        played = s.slowdowns[w][0]
+        # Worker w follows machine m: the median of its windows is that of the raw samples.
+        raw = statistics.median(100.0 - c for c in cpu[m]) / 100.0
+        assert statistics.median(played.speeds) == pytest.approx(raw, abs=0.03), m
+        assert min(played.speeds) < 0.3 < 0.75 < max(played.speeds)  # bursts of load
+        assert played.times_s[1] == pytest.approx(10.0)  # 300 s of trace = 10 s of run
+    assert len({round(v, 3) for v in s.speeds_at(100.0)}) > 4  # the machines differ
+
+
+# -- the simulator and the harness play the same speeds -----------------------------------
+
+def _played_speeds(scenario, times):
+    """What `ScenarioPlayer` sets in a real `SlowdownLayer` at each training time, as
+    speeds (us_per_sample / per-sample delay)."""
+    from cluster_sim.harness.player import ScenarioPlayer
+    from cluster_sim.slowdown import SlowdownLayer
+
+    layer = SlowdownLayer(scenario.num_workers)
+    layer.build((None, 4))
+    clock = [0.0]
+    player = ScenarioPlayer(None, scenario, lambda: clock[0], layer, scenario.us_per_sample)
+    out = []
+    for t in times:
+        clock[0] = t
+        assert player.tick() == t
+        out.append([scenario.us_per_sample / d for d in layer.delays.numpy()])
+    return out
+
+
+@pytest.mark.parametrize("name", ["bench/static", "bench/colocated", "bench/trace",
+                                  pytest.param("bench/colocated_usage", marks=pytest.mark.skipif(
+                                      not HAVE_USAGE, reason=NO_USAGE))])
+def test_simulator_and_harness_agree_on_speeds(name):
+    scenario = load_scenario(name, machine_usage=SHARED_USAGE if HAVE_USAGE else None)
+    times = [0.0, 0.7, 12.3, 29.9, 30.0, 47.5, 95.0]
+    sim = make_speed_model(scenario, num_workers=16, us_per_sample=scenario.us_per_sample)
+    harness = _played_speeds(scenario, times)
+    for t, played in zip(times, harness):
+        want = [sim.speed(w, t) for w in range(8)]
+        assert played == pytest.approx(want, rel=1e-6), t
+        assert [sim.speed(w + 8, t) for w in range(8)] == want  # tiled over 16 workers
+        step = [sim.compute_time(w, t, scenario.batch_size) for w in range(8)]
+        assert step == pytest.approx([scenario.batch_size * scenario.us_per_sample * 1e-6 / v
+                                      for v in played])
+
+
+def test_simulator_plays_pauses_and_kills_of_the_bench_scenarios():
+    pause = make_speed_model("bench/pause", num_workers=16, us_per_sample=1000)
+    step = 0.032  # 32 samples at 1 ms, speed 1
+    assert pause.compute_time(1, 0.0, 32) == pytest.approx(step)
+    # Started 10 ms before the pause: 10 ms done, frozen 30 s, then the other 22 ms.
+    assert pause.compute_time(1, 19.99, 32) == pytest.approx(30.0 + step)
+    assert pause.compute_time(9, 19.99, 32) == pytest.approx(30.0 + step)  # tiled worker 9
+    assert pause.compute_time(1, 35.0, 32) == pytest.approx(15.0 + step)  # waits the resume
+    assert pause.compute_time(0, 19.99, 32) == pytest.approx(step)
+    churn = make_speed_model("bench/churn", num_workers=8, us_per_sample=1000)
+    # Worker 4 (speed 1) killed at 90 s: the step under way is lost, begun again at 120 s.
+    assert churn.compute_time(4, 89.99, 32) == pytest.approx(30.01 + step)
+    assert churn.compute_time(3, 19.99, 32) == pytest.approx(30.01 + 4 * step)  # speed 0.25
+    never = parse_scenario({"workers": 2, "events": [{"action": "kill", "worker": 1,
+                                                      "at_s": 1.0}]})
+    assert make_speed_model(never, 2, 1000).compute_time(1, 5.0, 32) == math.inf
+
+
+def test_a_simulated_run_of_a_pause_keeps_every_push_counted():
+    import ksync
+    from cluster_sim.sim.engine import SimConfig, Simulation
+
+    # Worker 1 frozen for most of a short run: it pushes far less than worker 0.
+    scenario = parse_scenario({"name": "p", "workers": 3, "events": [
+        {"action": "pause", "worker": 1, "at_s": 0.05, "duration_s": 1.0}]})
+    result = Simulation(ksync.ASP(), SimConfig(num_workers=3, scenario=scenario,
+                                               max_pushes=240, eval_every=240)).run()
+    assert result["applied"] + result["dropped"] + result["pending"] == result["pushed"] == 240
+    pushes = result["worker_pushes"]
+    assert pushes[1] < pushes[0] / 3, pushes

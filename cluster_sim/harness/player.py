@@ -1,13 +1,16 @@
-"""Plays a scenario during a real run: speeds on the training clock, events on the wall clock.
+"""Plays a scenario during a real run: speeds and events on the training clock.
 
 `ScenarioPlayer` is the background thread of `cluster_sim.harness.run.run_arm`: it keeps
 each worker's in-graph delay (`cluster_sim.slowdown.SlowdownLayer`) or, in black-box mode,
 its `DutyCycler` share of wall time at the scenario's speeds, and pauses, kills and
-restarts worker processes when the scenario's events are due.
+restarts worker processes when the scenario's events are due. Both follow the training
+clock (wall time in training steps, not in evaluations): the clock that times the run and
+its time to target, and the one the simulator (`cluster_sim.sim.speeds`) plays the same
+scenario on, so "worker 1 paused at 20 s" means the same in both however often a run
+evaluates.
 """
 
 import threading
-import time
 
 from cluster_sim.harness.signals import DutyCycler, Signaller
 
@@ -16,11 +19,16 @@ __all__ = ["ScenarioPlayer"]
 
 class ScenarioPlayer(threading.Thread):
     """Keeps the in-graph delays (or, with ``inject = "sigstop"``, a `DutyCycler`'s
-    shares of wall time) at the scenario's speeds (on the training clock) and
-    plays its events on the wall clock from the start of the run. Each pause gets its own
-    signaller process, started when the pause is due (so it signals the worker process
-    running then, restarted or not), which also sends the resume: a call blocked on the
-    paused worker can hold this process's GIL. Kills and restarts are done from here."""
+    shares of wall time) at the scenario's speeds and plays its events, both on the
+    training clock ``clock()``. Each pause gets its own signaller process, started when the
+    pause is due (so it signals the worker process running then, restarted or not), which
+    also sends the resume after the pause's duration: a call blocked on the paused worker
+    can hold this process's GIL. Kills and restarts are done from here. ``cluster`` is
+    used for events and black-box mode only.
+
+    `tick` is one step of the thread's loop (every 0.1 s): what it applies at training
+    time t is ``scenario.speeds_at(t)``, exactly what the simulator's `ScenarioSpeeds`
+    gives for time t."""
 
     _NAMES = {"SIGSTOP": "pause", "SIGCONT": "resume"}
 
@@ -40,7 +48,7 @@ class ScenarioPlayer(threading.Thread):
                                        for w in range(scenario.num_workers)])
         self._speeds = scenario.speeds_at(0.0)
         self._set_speeds(self._speeds)
-        self._t0 = time.monotonic()
+        self._events = list(scenario.events)
 
     def _set_speeds(self, speeds):
         if self._cycler is not None:
@@ -48,18 +56,27 @@ class ScenarioPlayer(threading.Thread):
         else:
             self.slowdown.set_speeds(speeds, self.us_per_sample)
 
+    @property
+    def speeds(self) -> list[float]:
+        """The speeds applied now (what the delays or the duty cycle follow)."""
+        return list(self._speeds)
+
+    def tick(self) -> float:
+        """Apply the speeds and play the events due at the training clock's time now;
+        returns that time."""
+        now = self.clock()
+        speeds = self.scenario.speeds_at(now)
+        if speeds != self._speeds:
+            self._speeds = speeds
+            self._set_speeds(speeds)
+        while self._events and self._events[0].at_s <= now:
+            self._play(self._events.pop(0), self._events, now)
+        return now
+
     def run(self):
-        speeds = self._speeds
-        events = list(self.scenario.events)
         try:
             while not self.stop.wait(0.1):
-                now_speeds = self.scenario.speeds_at(self.clock())
-                if now_speeds != speeds:
-                    speeds = now_speeds
-                    self._set_speeds(speeds)
-                now = time.monotonic() - self._t0
-                while events and events[0].at_s <= now:
-                    self._play(events.pop(0), events, now)
+                self.tick()
         except Exception as err:  # pylint: disable=broad-except
             self.error = err  # raised by finish(), in the training thread
 

@@ -4,15 +4,18 @@
 * `cluster_sim.scenarios.reader`: the TOML reader (`load_scenario`, `parse_scenario`);
 * `cluster_sim.scenarios.traces`: the Alibaba-PAI trace reader and its conversion into
   speed schedules;
-* the built-in scenario files ``*.toml`` in this folder.
+* `cluster_sim.scenarios.machine_usage`: co-located load from the Alibaba 2018
+  machine-usage trace (read by path, never shipped) as speed schedules;
+* the built-in scenario files ``*.toml`` in this folder (4 workers, the demo's), and the
+  benchmark's 8-worker set in ``bench/`` (``load_scenario("bench/static")``).
 
 Pure data: imports neither the harness nor the simulator, both of which read scenarios.
 """
 
 from cluster_sim.scenarios.model import Event, Scenario, SpeedSchedule
-from cluster_sim.scenarios.reader import (BUILTIN_DIR, builtin_names, load_scenario,
-                                          parse_scenario)
+from cluster_sim.scenarios.reader import (BENCH_DIR, BUILTIN_DIR, bench_names, builtin_names,
+                                          load_scenario, parse_scenario)
 from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR
 
 __all__ = ["SpeedSchedule", "Event", "Scenario", "load_scenario", "builtin_names",
-           "parse_scenario", "BUILTIN_DIR", "DEFAULT_TRACE_DIR"]
+           "bench_names", "parse_scenario", "BUILTIN_DIR", "BENCH_DIR", "DEFAULT_TRACE_DIR"]

@@ -1,7 +1,10 @@
 """Reading scenarios from TOML: the built-ins in ``cluster_sim/scenarios/*.toml`` or any file.
 
 Built-ins: ``homogeneous``, ``static``, ``slow3x``, ``trace``, ``colocated``, ``pause``,
-``churn``. Every problem raises ``ValueError`` naming the file and the key.
+``churn`` (4 workers, digits: the demo's and the tests'), and the benchmark's 8-worker set
+``bench/<name>`` (`bench_names`: the same seven names plus ``colocated_usage``, on the
+``teacher`` workload; see ``bench/README.md``). Every problem raises ``ValueError`` naming
+the file and the key.
 
 TOML keys (all optional except ``workers``)::
 
@@ -9,7 +12,7 @@ TOML keys (all optional except ``workers``)::
     description = "..."
     workers = 4
     ps = 1
-    data = "digits"
+    data = "digits"                    # or "teacher" (cluster_sim.workloads)
     target_accuracy = 0.93
     time_budget_s = 120.0
     max_pushes = 1200
@@ -33,6 +36,15 @@ TOML keys (all optional except ``workers``)::
     job = "job_2"                      # file stem or its prefix before "_"; omit: first file
     workers = [1, 2, 3, 5]             # omit: the first `workers` series of the job
     time_unit_s = 0.0096               # seconds per unit of the trace's time column
+                                       # (omit: one nominal step, batch_size * us_per_sample)
+    [slowdowns.machine_usage]          # Alibaba 2018 machine usage: speed = 1 - cpu / 100
+    dir = "path"                       # the CSV or its directory, relative to the TOML file;
+                                       # omit: ../shared/traces/alibaba2018_machine_usage
+    machines = ["m_1934", "m_1935"]    # one machine per worker listed in workers
+    workers = [0, 1]                   # omit: workers 0, 1, ... (one per machine)
+    grid_s = 300                       # trace seconds averaged into one speed
+    time_unit_s = 0.0333               # run seconds per trace second (1/30: 30x faster)
+    start_s = 0                        # where in the trace (seconds after its start)
     [[events]]
     action = "pause"                   # or "kill" (with restart_at_s to restart)
     worker = 3
@@ -49,6 +61,9 @@ Example:
 [(20.0, 3, 'kill'), (45.0, 3, 'restart')]
 >>> c.effective_speed(3, 30.0), c.effective_speed(3, 50.0)
 (0.0, 0.25)
+>>> b = load_scenario("bench/static", overrides={"us_per_sample": 2000.0})
+>>> b.name, b.num_workers, b.data, b.us_per_sample
+('bench/static', 8, 'teacher', 2000.0)
 """
 
 from __future__ import annotations
@@ -56,31 +71,51 @@ from __future__ import annotations
 import pathlib
 import tomllib
 
+from cluster_sim.scenarios.machine_usage import machine_speeds, usage_file, usage_schedules
 from cluster_sim.scenarios.model import Event, Scenario, SpeedSchedule
 from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR, load_trace_series, trace_schedules
 
-__all__ = ["BUILTIN_DIR", "builtin_names", "load_scenario", "parse_scenario"]
+__all__ = ["BUILTIN_DIR", "BENCH_DIR", "builtin_names", "bench_names", "load_scenario",
+           "parse_scenario"]
 
 BUILTIN_DIR = pathlib.Path(__file__).parent
+BENCH_DIR = BUILTIN_DIR / "bench"
 
 _TOP_KEYS = {"name", "description", "workers", "ps", "data", "target_accuracy",
              "time_budget_s", "max_pushes", "us_per_sample", "model", "training",
              "slowdowns", "events"}
 _TRACE_KEYS = {"dir", "job", "workers", "time_unit_s"}
-_DATASETS = ("digits",)
+_USAGE_KEYS = {"dir", "machines", "workers", "grid_s", "time_unit_s", "start_s"}
+# The workloads of `cluster_sim.workloads` a scenario may name.
+_DATASETS = ("digits", "teacher")
 
 
 def builtin_names() -> list[str]:
-    """Names of the scenarios shipped in ``cluster_sim/scenarios/*.toml``."""
+    """Names of the scenarios shipped in ``cluster_sim/scenarios/*.toml`` (4 workers)."""
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
 
 
-def load_scenario(name_or_path, traces_dir=None) -> Scenario:
-    """A built-in scenario by name, or a TOML file by path.
+def bench_names() -> list[str]:
+    """Names of the benchmark's 8-worker scenarios, ``bench/<stem>`` of
+    ``cluster_sim/scenarios/bench/*.toml``.
+
+    >>> "bench/trace" in bench_names() and "bench/colocated_usage" in bench_names()
+    True
+    """
+    return sorted(f"bench/{p.stem}" for p in BENCH_DIR.glob("*.toml"))
+
+
+def load_scenario(name_or_path, traces_dir=None, machine_usage=None,
+                  overrides=None) -> Scenario:
+    """A built-in scenario by name (``static``, ``bench/static``, ...), or a TOML file.
 
     ``traces_dir`` replaces the trace directory of a scenario with a ``[slowdowns.trace]``
-    section (e.g. ``../shared/traces/alibaba_pai``); other scenarios ignore it, so one
-    command line serves all. Raises ``ValueError`` naming the file and key on any problem.
+    section (e.g. ``../shared/traces/alibaba_pai``), ``machine_usage`` the CSV (or its
+    directory) of one with ``[slowdowns.machine_usage]``; other scenarios ignore them, so
+    one command line serves all. ``overrides`` replaces keys of the file before it is read,
+    dotted for sections (``{"us_per_sample": 2000.0, "training.batch_size": 64}``), so
+    what derives from them (a trace's default time unit) follows. Raises ``ValueError``
+    naming the file and key on any problem.
 
     >>> load_scenario("homogeneous").speeds_at(0)
     [1.0, 1.0, 1.0, 1.0]
@@ -91,7 +126,7 @@ def load_scenario(name_or_path, traces_dir=None) -> Scenario:
         path = BUILTIN_DIR / f"{text}.toml"
         if not path.exists():
             raise ValueError(f"unknown scenario {text!r}: not a file and not a built-in "
-                             f"({', '.join(builtin_names())})")
+                             f"({', '.join(builtin_names() + bench_names())})")
     if not path.is_file():
         raise ValueError(f"scenario file {str(path)!r} does not exist or is not a file")
     try:
@@ -99,21 +134,32 @@ def load_scenario(name_or_path, traces_dir=None) -> Scenario:
             table = tomllib.load(fh)
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: malformed TOML: {err}") from None
-    return parse_scenario(table, source=path, traces_dir=traces_dir)
+    for key, value in (overrides or {}).items():
+        *sections, last = str(key).split(".")
+        tbl = table
+        for part in sections:
+            tbl = tbl.setdefault(part, {})
+            if not isinstance(tbl, dict):
+                raise ValueError(f"{path}: override {key!r}: {part} is not a table")
+        tbl[last] = value
+    return parse_scenario(table, source=path, traces_dir=traces_dir,
+                          machine_usage=machine_usage)
 
 
-def parse_scenario(table: dict, source="<dict>", traces_dir=None) -> Scenario:
+def parse_scenario(table: dict, source="<dict>", traces_dir=None,
+                   machine_usage=None) -> Scenario:
     """Build a `Scenario` from a parsed TOML table (see the module docstring for keys)."""
-    return _Reader(source, traces_dir).scenario(table)
+    return _Reader(source, traces_dir, machine_usage).scenario(table)
 
 
 class _Reader:
     """Reads one TOML table; every error names ``where`` (the file) and the key."""
 
-    def __init__(self, source, traces_dir):
+    def __init__(self, source, traces_dir, machine_usage=None):
         self.src = pathlib.Path(str(source))
         self.where = str(source)
         self.traces_dir = traces_dir
+        self.machine_usage = machine_usage
 
     def fail(self, key, message):
         raise ValueError(f"{self.where}: {key}: {message}")
@@ -191,10 +237,10 @@ class _Reader:
     def slowdowns(self, slow, n, default_unit_s):
         """Each worker's list of `SpeedSchedule` factors."""
         factors = [[] for _ in range(n)]
-        unknown = set(slow) - {"inject", "speeds", "schedule", "trace"}
+        unknown = set(slow) - {"inject", "speeds", "schedule", "trace", "machine_usage"}
         if unknown:
             self.fail("slowdowns." + sorted(unknown)[0],
-                      "unknown key (known: inject, speeds, schedule, trace)")
+                      "unknown key (known: inject, speeds, schedule, trace, machine_usage)")
         if "speeds" in slow:
             speeds = slow["speeds"]
             if not isinstance(speeds, list) or len(speeds) != n:
@@ -212,7 +258,55 @@ class _Reader:
             trace = self.section(slow, "trace", "slowdowns.")
             for w, sch in enumerate(self.trace(trace, n, default_unit_s)):
                 factors[w].append(sch)
+        if "machine_usage" in slow:
+            usage = self.section(slow, "machine_usage", "slowdowns.")
+            for w, sch in self.usage(usage, n):
+                factors[w].append(sch)
         return factors
+
+    def usage(self, usage, n):
+        """``[(worker, SpeedSchedule)]`` from the Alibaba 2018 machine-usage trace."""
+        key = "slowdowns.machine_usage"
+        unknown = set(usage) - _USAGE_KEYS
+        if unknown:
+            self.fail(f"{key}.{sorted(unknown)[0]}",
+                      f"unknown key (known: {', '.join(sorted(_USAGE_KEYS))})")
+        machines = usage.get("machines")
+        if not (isinstance(machines, list) and machines
+                and all(isinstance(m, str) for m in machines)):
+            self.fail(f"{key}.machines", "expected a non-empty list of machine ids such as "
+                                         f"\"m_1934\", got {machines!r}")
+        workers = usage.get("workers", list(range(len(machines))))
+        workers = self.workers(f"{key}.workers", workers, n)
+        if len(workers) != len(machines) or len(set(workers)) != len(workers):
+            self.fail(f"{key}.workers", f"expected {len(machines)} distinct workers, one per "
+                                        f"machine, got {workers!r}")
+        if self.machine_usage is not None:
+            where = usage_file(self.machine_usage)
+        elif "dir" in usage:
+            where = usage_file(self.src.parent / str(usage["dir"]))  # an absolute dir wins
+        else:
+            where = usage_file(None)
+        grid = self.get(usage, "grid_s", float, 300.0, f"{key}.")
+        unit = self.get(usage, "time_unit_s", float, 1.0, f"{key}.")
+        start = self.get(usage, "start_s", float, 0.0, f"{key}.", positive=False)
+        if start < 0:
+            self.fail(f"{key}.start_s", f"must be >= 0, got {start}")
+        try:
+            names, speeds = machine_speeds(where, grid)
+        except FileNotFoundError as err:
+            self.fail(f"{key}.dir", str(err))
+        except ValueError as err:
+            self.fail(f"{key}.dir", f"{where}: {err}")
+        missing = [m for m in machines if m not in names]
+        if missing:
+            self.fail(f"{key}.machines", f"{where} has no machine {missing[0]!r} covering the "
+                                         f"trace (have {', '.join(names)})")
+        try:
+            schedules = usage_schedules(names, speeds, machines, grid, unit, start)
+        except ValueError as err:
+            self.fail(f"{key}.start_s", str(err))
+        return list(zip(workers, schedules))
 
     def schedule(self, key, times, speeds, period):
         if not isinstance(times, list) or not isinstance(speeds, list):

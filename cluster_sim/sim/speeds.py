@@ -7,10 +7,13 @@ injected delay of `cluster_sim.slowdown`. `make_speed_model` builds one from
 * a scenario (`cluster_sim.scenarios`: a built-in name such as ``static`` or ``trace``,
   a TOML file, or a `Scenario` object): the very speeds over time the real harness
   injects for that name (`ScenarioSpeeds`), so ``--scenario NAME`` means the same in
-  ``demo`` and ``simulate``. A simulation with more workers than the scenario tiles it:
-  simulated worker ``i`` runs at the scenario's worker ``i mod n``. ``speeds=`` replaces
-  the speeds of ``static`` (repeated over the workers). Pause and kill events are not
-  simulated.
+  ``demo`` and ``simulate`` (``bench/<name>``: the benchmark's 8-worker scenarios). A
+  simulation with more workers than the scenario tiles it: simulated worker ``i`` runs at
+  the scenario's worker ``i mod n``, events included. ``speeds=`` replaces the speeds of
+  ``static`` (repeated over the workers). Pauses and kills stop a worker's compute as
+  they stop its process in the harness: a step under way when its worker is paused
+  finishes that much later; one under way at a kill is lost, and the worker starts it
+  again when it is restarted (never, without a restart: an infinite step).
 * ``shifted_exp``: every step takes ``base * (1 + X)``, X exponential with mean
   ``straggler_mean`` (transient stragglers, as in the k-sync SGD literature).
 * ``mixture``: every step's time is multiplied by a draw from a two-Gaussian mixture: with
@@ -27,13 +30,17 @@ Example:
 >>> trace = make_speed_model("trace", num_workers=4, us_per_sample=300)
 >>> trace.describe().split(":")[0]
 'trace'
+>>> churn = make_speed_model("churn", num_workers=4, us_per_sample=1000)  # w3 down 20-45 s
+>>> churn.compute_time(3, 19.9, 32), churn.compute_time(3, 30.0, 32)  # 0.128 s at 0.25
+(25.228, 15.128)
 """
 
 import math
 
 import numpy as np
 
-from cluster_sim.scenarios import Scenario, SpeedSchedule, builtin_names, load_scenario
+from cluster_sim.scenarios import (Scenario, SpeedSchedule, bench_names, builtin_names,
+                                   load_scenario)
 
 SYNTHETIC = ("shifted_exp", "mixture")
 
@@ -71,23 +78,71 @@ class ScenarioSpeeds(SpeedModel):
     >>> sim = ScenarioSpeeds(load_scenario("static"), num_workers=6, us_per_sample=300)
     >>> [round(sim.compute_time(w, 0.0, 32), 4) for w in range(6)]
     [0.0096, 0.0096, 0.0192, 0.0384, 0.0096, 0.0096]
+    >>> paused = ScenarioSpeeds(load_scenario("pause"), 4, us_per_sample=1000)  # w2 10-30 s
+    >>> round(paused.compute_time(2, 9.99, 32), 3)  # 0.01 s of work, 20 s paused, the rest
+    20.064
     """
 
     def __init__(self, scenario: Scenario, num_workers: int, us_per_sample: float, seed=0):
         super().__init__(num_workers, us_per_sample, seed)
-        if scenario.events:
-            raise ValueError(f"scenario {scenario.name!r} has pause/kill events, which the "
-                             "simulator does not model; use a scenario without events")
         self.scenario = scenario
         self.name = scenario.name
+        self.downtime = [_downtime(scenario.events, w) for w in range(scenario.num_workers)]
 
     def speed(self, worker, now):
         return self.scenario.speed(worker % self.scenario.num_workers, now)
+
+    def compute_time(self, worker, now, samples):
+        """Seconds from ``now`` until a step of ``samples`` started then is computed.
+
+        The step's pace is set when it starts (the harness sets a step's delay from the
+        speed when the step reads it); a pause stops the clock of the step, a kill loses
+        it and the step begins again at the restart, at the speed then."""
+        down = self.downtime[worker % self.scenario.num_workers]
+        work = samples * self.s_per_sample
+        t, left = float(now), None  # left: seconds of the step still to compute
+        while True:
+            for begin, end, action in down:  # frozen at t: wait for the end
+                if begin <= t < end:
+                    t, left = end, (None if action == "kill" else left)
+            if math.isinf(t):
+                return math.inf
+            if left is None:
+                left = work / self.speed(worker, t)
+            cut = next(((b, a) for b, _e, a in down if t < b < t + left), None)
+            if cut is None:
+                return t + left - now
+            begin, action = cut
+            left = left - (begin - t) if action == "pause" else None
+            t = begin
 
     def describe(self):
         n = self.scenario.num_workers
         tiled = f", tiled over {self.num_workers} workers" if self.num_workers != n else ""
         return self.scenario.summary() + tiled
+
+
+def _downtime(events, worker) -> list[tuple]:
+    """``[(begin, end, "pause" | "kill")]`` of ``worker``'s paused or killed stretches, in
+    time order (``end`` is inf for a kill without a restart).
+
+    >>> from cluster_sim.scenarios import Event
+    >>> _downtime([Event(5.0, 1, "kill"), Event(9.0, 1, "restart"), Event(12.0, 1, "pause"),
+    ...            Event(15.0, 0, "kill")], 1)
+    [(5.0, 9.0, 'kill'), (12.0, inf, 'pause')]
+    """
+    out, open_ = [], None
+    for e in events:
+        if e.worker != worker:
+            continue
+        if e.action in ("pause", "kill"):
+            open_ = (e.at_s, e.action)
+        elif open_ is not None:
+            out.append((open_[0], e.at_s, open_[1]))
+            open_ = None
+    if open_ is not None:
+        out.append((open_[0], math.inf, open_[1]))
+    return out
 
 
 def static_scenario(speeds) -> Scenario:
@@ -150,13 +205,14 @@ class Mixture(SpeedModel):
 
 
 def make_speed_model(scenario, num_workers: int, us_per_sample: float = 300.0, seed: int = 0,
-                     traces=None, speeds=None, **options) -> SpeedModel:
+                     traces=None, speeds=None, machine_usage=None, **options) -> SpeedModel:
     """A speed model for ``num_workers`` simulated workers (see the module docstring).
 
     ``scenario``: a `cluster_sim.scenarios.Scenario`, a built-in scenario name or TOML
-    path (``traces`` is its trace directory, as ``--traces`` in the demo; ``speeds``
-    replaces the speeds of ``static``), or ``shifted_exp`` / ``mixture`` with their
-    ``options``. Options a model does not use are ignored, so one config serves all.
+    path (``traces`` is its trace directory, as ``--traces`` in the demo, and
+    ``machine_usage`` its machine-usage CSV or directory; ``speeds`` replaces the speeds of
+    ``static``), or ``shifted_exp`` / ``mixture`` with their ``options``. Options a model
+    does not use are ignored, so one config serves all.
     """
     pick = lambda *keys: {k: options[k] for k in keys if options.get(k) is not None}
     if scenario == "shifted_exp":
@@ -171,13 +227,13 @@ def make_speed_model(scenario, num_workers: int, us_per_sample: float = 300.0, s
             scenario = static_scenario(speeds)
         else:
             try:
-                scenario = load_scenario(name, traces_dir=traces)
+                scenario = load_scenario(name, traces_dir=traces, machine_usage=machine_usage)
             except ValueError as err:
-                if name.endswith(".toml") or name in builtin_names():
+                if name.endswith(".toml") or name in builtin_names() + bench_names():
                     raise
                 raise ValueError(f"unknown scenario {name!r}; choose a built-in "
-                                 f"({', '.join(builtin_names())}), a TOML file, or one of "
-                                 f"{', '.join(SYNTHETIC)}") from err
+                                 f"({', '.join(builtin_names() + bench_names())}), a TOML "
+                                 f"file, or one of {', '.join(SYNTHETIC)}") from err
     return ScenarioSpeeds(scenario, num_workers, us_per_sample, seed)
 
 
