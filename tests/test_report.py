@@ -229,3 +229,21 @@ def test_report_defines_every_column_and_ends_the_table_with_a_verdict(tmp_path)
     assert ("**Verdict.** ASP() reached the target fastest, 50 % before BSP; differences "
             "under 18 % are within noise at 2 seeds") in text
     assert "ASP() is faster beyond the noise" in text
+
+
+def test_curve_tta_interpolates_the_loss_crossing_and_records_accuracys():
+    """The one time-to-target definition (harness and simulator call it): the loss
+    target when there is one, interpolated; accuracy's crossing beside it; how far
+    apart the evaluations were up to the crossing."""
+    from cluster_sim.report.results import curve_tta
+    curve = [{"wall_s": t, "loss": l, "accuracy": a} for t, l, a in
+             [(0.0, 2.3, 0.1), (10.0, 0.9, 0.6), (12.0, 0.5, 0.8), (14.0, 0.3, 0.85)]]
+    r = curve_tta(curve, target_loss=0.7, target_accuracy=0.84)
+    assert r["tta_s"] == pytest.approx(11.0)       # half way from 0.9 to 0.5
+    assert r["tta_accuracy_s"] == pytest.approx(13.6)
+    assert r["max_eval_gap"] == pytest.approx(10.0 / 11.0)
+    # Without a target loss, accuracy is the target; never reached is None.
+    assert curve_tta(curve, target_accuracy=0.84)["tta_s"] == pytest.approx(13.6)
+    missed = curve_tta(curve, target_loss=0.1, target_accuracy=0.99)
+    assert missed["tta_s"] is None and missed["tta_accuracy_s"] is None
+    assert missed["max_eval_gap"] == pytest.approx(10.0 / 14.0)

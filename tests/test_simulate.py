@@ -4,6 +4,7 @@ Small worker counts and few pushes: the whole file runs in seconds and never sta
 TensorFlow.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -116,8 +117,9 @@ def test_the_product_objects_drive_the_simulation(data):
     sim.run()
     assert sim.policy is policy
     assert type(sim.state) is ksync.UpdateState
-    assert len(policy.history) > 1, "Adaptive.observe was never given a measurement"
-    assert sim.state.rule == policy.history[-1][1] == sim.rule
+    history = sim.rule_history()
+    assert len(history) > 1, "Adaptive.observe was never given a measurement"
+    assert sim.state.rule == history[-1][1] == sim.rule
     assert not sim.rule.wait  # a persistent straggler drives it to k-async
 
 
@@ -169,8 +171,33 @@ def test_a_scenario_name_means_the_demos_speeds_tiled_over_the_workers(data):
     assert r["pushed"] == 120 and r["scenario"] == trace.summary()
     paused = parse_scenario({"name": "p", "workers": 2, "events": [
         {"action": "pause", "worker": 0, "at_s": 1.0, "duration_s": 1.0}]})
-    with pytest.raises(ValueError, match="pause/kill events"):
-        make_speed_model(paused, 2)
+    # A pause stops the worker's compute, as SIGSTOP stops its process in the harness.
+    speeds = make_speed_model(paused, 2, us_per_sample=1000)
+    assert speeds.compute_time(0, 0.99, 20) == pytest.approx(1.02)  # 10 ms, 1 s, 10 ms
+    assert speeds.compute_time(1, 0.99, 20) == pytest.approx(0.02)
+
+
+def test_evaluations_at_a_relative_spacing_and_the_loss_target_end_the_run(data):
+    """With eval_relative_gap (what the bench and the harness use) the curve starts at
+    the initial weights and evaluations are at most that fraction of the pushes so far
+    apart; a target loss ends the run and its time is curve_tta's interpolated
+    crossing; the controller sees the latest validation loss (AdaSync raises K)."""
+    from cluster_sim.report.results import curve_tta
+    config = quick(max_pushes=2000, eval_every=4, eval_relative_gap=0.05,
+                   target_loss=0.5, stop_at_target=True)
+    r = simulate(ksync.BSP(), config, data)
+    pushes = [p["pushes"] for p in r["curve"]]
+    assert pushes[0] == 0 and r["curve"][0]["wall_s"] == 0.0
+    assert all(b - a <= max(4, 0.05 * a) + 1 for a, b in zip(pushes, pushes[1:]))
+    assert r["tta_s"] is not None and r["pushed"] < 2000
+    assert r["tta_s"] == curve_tta(r["curve"], target_loss=0.5, target_accuracy=0.93)["tta_s"]
+    assert r["curve"][-2]["loss"] > 0.5 >= r["curve"][-1]["loss"]
+    assert r["target_loss"] == 0.5 and r["final_loss"] == r["curve"][-1]["loss"]
+    sim = Simulation(ksync.AdaSync(k0=1, refresh_every=8), dataclasses.replace(
+        config, stop_at_target=False, max_pushes=400), data)
+    sim.run()
+    assert max(rule.k for _v, rule, _why in sim.rule_history()) > 1, \
+        "AdaSync never saw the validation loss fall"
 
 
 def test_the_trace_directory_is_the_demos_traces_option(tmp_path):

@@ -1,4 +1,7 @@
-"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling``.
+"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling|policies``.
+
+``policies``: every synchronisation rule, each fixed one tuned, on the 8-worker
+benchmark scenarios, real or simulated (`cluster_sim.cli.bench_policies`).
 
 ``overhead``: on a homogeneous local cluster (1 PS, 3 workers, no injected delay), the
 steps/s of `KSyncStrategy` with ASP and with Adaptive beside the stock
@@ -21,7 +24,7 @@ import gc
 import statistics
 import sys
 
-from cluster_sim.cli import prepare_tensorflow, ps_scaling, time_fit
+from cluster_sim.cli import bench_policies, prepare_tensorflow, ps_scaling, time_fit
 
 
 def _steps_per_s(cluster, make_strategy, steps, warmup, data):
@@ -100,13 +103,14 @@ def allocation(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     overrides = dict(max_pushes=args.pushes, target_accuracy=2.0,  # never stops early
-                     time_budget_s=float("inf"))
+                     target_loss=-1.0, time_budget_s=float("inf"))
     if args.us_per_sample is not None:
         overrides["us_per_sample"] = args.us_per_sample
     config = RunConfig.from_scenario(scenario, **overrides)
-    if args.seeds < 1 or args.pushes < 2 * config.pushes_per_chunk:
-        print(f"error: need --seeds >= 1 and --pushes >= {2 * config.pushes_per_chunk} (two "
-              f"evaluation chunks: the steady state is the second half)", file=sys.stderr)
+    if args.seeds < 1 or args.pushes < 20 * scenario.num_workers:
+        print(f"error: need --seeds >= 1 and --pushes >= {20 * scenario.num_workers} (ten "
+              "steps per worker in each half: the steady state is the second half)",
+              file=sys.stderr)
         return 2
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
@@ -164,8 +168,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="override the scenario's injected microseconds per sample")
     ps_scaling.add_arguments(sub.add_parser(
         "ps-scaling", help="steps/s with 1, 2 and 4 PS tasks, stock beside ksync"))
+    bench_policies.add_arguments(sub.add_parser(
+        "policies", help="every rule, each fixed one tuned, real or simulated",
+        description=bench_policies.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def run(args) -> int:
-    return {"overhead": overhead, "allocation": allocation,
-            "ps-scaling": ps_scaling.run}[args.bench](args)
+    return {"overhead": overhead, "allocation": allocation, "ps-scaling": ps_scaling.run,
+            "policies": bench_policies.run}[args.bench](args)

@@ -1,17 +1,20 @@
 """`python -m cluster_sim calibrate`: the simulator beside the real harness, per policy.
 
 1. Probe: on a real `LocalCluster` (1 PS, 4 workers) run the harness on the
-   `homogeneous` scenario under ASP and under BSP with epochs of two lengths, each
-   ``--probe-repeats`` times, and read the strategy's measured iteration time. From these come the simulator's framework costs
-   (`SimConfig` fields): the fixed cost of an epoch of the harness's ``fit``, its drain
-   included (``chunk_overhead_s``), the per-step cost before the parameters are read
-   (``read_overhead_s``) and after (``step_overhead_s``), and the extra delay of a worker
-   released by the k-sync gate (``gate_latency_s``).
+   `homogeneous` scenario under ASP and under BSP for runs of two lengths, each
+   ``--probe-repeats`` times, and read the strategy's measured iteration time. From these
+   come the simulator's framework costs (`SimConfig` fields): the fixed cost of a run of
+   the harness's ``fit`` (its start, the tracing of the step and the final drain:
+   ``chunk_overhead_s``, which the simulator spends once, as ``start_overhead_s``), the
+   per-step cost before the parameters are read (``read_overhead_s``) and after
+   (``step_overhead_s``), and the extra delay of a worker released by the k-sync gate
+   (``gate_latency_s``). `probe` is also the framework-cost probe of ``python -m
+   cluster_sim bench policies``.
 2. Real: `cluster_sim.harness.run.run_arm` for each policy and seed on each scenario
    (default: the built-in `static` and `trace` scenarios, 4 workers).
 3. Simulated: the same scenarios (`cluster_sim.sim.speeds.ScenarioSpeeds`: the same
-   speeds over time), policies and training config, in the harness's epochs, with the
-   probed costs; then the error table per scenario: medians over seeds on both sides, and
+   speeds over time), policies and training config, evaluated as the harness evaluates,
+   with the probed costs; then the error table per scenario: medians over seeds on both sides, and
    the timing error alone (``t@v``: simulated over real time to the update count at which
    the real run reached the target, paired by seed). Both sides' runs are also written as
    reports (``OUT/<scenario>/real`` and ``OUT/<scenario>/simulated``), as the demo's.
@@ -43,50 +46,69 @@ from cluster_sim.report import (format_cell, median_of, median_tta, text_table, 
 from cluster_sim.scenarios import load_scenario
 
 PROBE_WORKERS = 4  # the real cluster of the probe and the comparison
-PROBE_EPOCHS = (20, 100)  # pushes per epoch of the two probe runs
-PROBE_EPOCHS_TIMED = 4  # epochs timed per run, after one that traces the step
+PROBE_EPOCHS = (20, 100)  # pushes of the two probe runs, per 4 workers
 
 
-def probe(cluster, run_arm, scenario, repeats: int = 3) -> dict:
+def probe_pushes(num_workers: int) -> tuple:
+    """Pushes of the short and the long probe run on ``num_workers`` workers (the same
+    steps per worker as `PROBE_EPOCHS` on 4).
+
+    >>> probe_pushes(4), probe_pushes(8)
+    ((20, 100), (40, 200))
+    """
+    return tuple(p * num_workers // PROBE_WORKERS for p in PROBE_EPOCHS)
+
+
+def probe(cluster, run_arm, scenario, repeats: int = 3, us_per_sample=None,
+          progress=None) -> dict:
     """Framework costs of the real strategy on ``cluster`` (seconds; see module doc),
-    measured with ``run_arm`` on the homogeneous ``scenario``. Each of ASP and BSP runs
-    ``repeats`` times at each epoch length, interleaved; the costs come from the median
-    epoch time over all timed epochs, so one disturbed run does not set them."""
+    measured with ``run_arm`` on the homogeneous ``scenario`` (with ``us_per_sample``
+    instead of its own when given: 0 measures the framework alone). Each of ASP and BSP
+    runs ``repeats`` times at each length (`probe_pushes`), interleaved, with no target;
+    the costs come from the median run time at each length, so one disturbed run does not
+    set them. ``progress()`` is called after each run."""
     from cluster_sim.harness.run import Arm, RunConfig
-    raw = {name: {"epoch_s": {p: [] for p in PROBE_EPOCHS}, "iteration_time_s": []}
-           for name in ("asp", "bsp")}
+    us = scenario.us_per_sample if us_per_sample is None else us_per_sample
+    lengths = probe_pushes(cluster.num_workers)
+    raw = {name: {"epoch_s": {p: [] for p in lengths}, "iteration_time_s": [],
+                  "step_time_s": []} for name in ("asp", "bsp")}
     for _ in range(repeats):
         for name in ("asp", "bsp"):
-            for pushes in PROBE_EPOCHS:
+            for pushes in lengths:
                 config = RunConfig.from_scenario(
-                    scenario, pushes_per_chunk=pushes, target_accuracy=2.0, time_budget_s=1e9,
-                    max_pushes=pushes * (1 + PROBE_EPOCHS_TIMED))
+                    scenario, target_accuracy=2.0, target_loss=-1.0,  # never reached
+                    time_budget_s=1e9, max_pushes=pushes, us_per_sample=us)
                 r = run_arm(cluster, Arm(name, name), scenario, config=config)
-                walls = [0.0] + [c["wall_s"] for c in r["curve"]]
-                raw[name]["epoch_s"][pushes] += [b - a for a, b in zip(walls[1:], walls[2:])]
+                raw[name]["epoch_s"][pushes].append(r["wall_s"])
                 raw[name]["iteration_time_s"] += [x for x in r["worker_compute_times"] if x]
-    return costs_from_probe(raw, cluster.num_workers, _injected_s(scenario))
+                raw[name]["step_time_s"] += [x for x in r["worker_step_times"] if x]
+                if progress is not None:
+                    progress()
+    return costs_from_probe(raw, cluster.num_workers,
+                            _injected_s(scenario.batch_size, us))
 
 
-def _injected_s(scenario) -> float:
-    """The injected delay of one full-speed step of ``scenario``."""
-    return scenario.batch_size * scenario.us_per_sample * 1e-6
+def _injected_s(batch_size, us_per_sample) -> float:
+    """The injected delay of one full-speed step."""
+    return batch_size * us_per_sample * 1e-6
 
 
 def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
     """`SimConfig` framework costs from probe measurements: ``raw[policy]["epoch_s"]``
     maps pushes per epoch to the epoch times measured, ``raw[policy]["iteration_time_s"]``
     lists workers' measured compute times; ``input_s`` is the injected delay per step.
+    ``framework_step_s`` is a worker's step under ASP without the injected delay: the
+    framework's cost per step.
 
     >>> raw = {"asp": {"epoch_s": {20: [0.3], 100: [1.1]}, "iteration_time_s": [0.02]},
     ...        "bsp": {"epoch_s": {20: [0.5], 100: [1.7]}, "iteration_time_s": [0.02]}}
     >>> {k: round(v, 4) for k, v in costs_from_probe(raw, 4, 0.01).items() if k != "raw"}
-    {'chunk_overhead_s': 0.15, 'step_overhead_s': 0.01, 'read_overhead_s': 0.02, 'gate_latency_s': 0.02}
+    {'chunk_overhead_s': 0.15, 'step_overhead_s': 0.01, 'read_overhead_s': 0.02, 'gate_latency_s': 0.02, 'framework_step_s': 0.03}
     """
     derived = {}
     for name in ("asp", "bsp"):
-        epoch = {p: statistics.median(raw[name]["epoch_s"][p]) for p in PROBE_EPOCHS}
-        short, long = PROBE_EPOCHS
+        epoch = {p: statistics.median(t) for p, t in raw[name]["epoch_s"].items()}
+        short, long = sorted(epoch)
         per_push = (epoch[long] - epoch[short]) / (long - short)
         derived[name] = {"per_push_s": per_push,
                          "epoch_overhead_s": max(0.0, epoch[short] - short * per_push),
@@ -102,21 +124,27 @@ def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
         "step_overhead_s": after_read,
         "read_overhead_s": max(0.0, step - input_s - after_read),
         "gate_latency_s": max(0.0, round_s - step),
+        "framework_step_s": max(0.0, step - input_s),
         "raw": raw,
     }
 
 
-def sim_config(costs: dict, scenario, run_config) -> SimConfig:
-    """The harness's run of ``scenario``, with the probed framework costs, as a
+def sim_config(costs: dict, scenario, run_config, data=None) -> SimConfig:
+    """The harness's run of ``scenario`` (on workload ``data``, whose target the harness
+    would take: `cluster_sim.harness.run.targets`), with the probed framework costs, as a
     `SimConfig`."""
+    from cluster_sim.harness.config import targets
+    goal = targets(run_config, data)
     return SimConfig(
         num_workers=scenario.num_workers, scenario=scenario,
         us_per_sample=run_config.us_per_sample, batch_size=run_config.batch_size,
         learning_rate=run_config.learning_rate, momentum=run_config.momentum,
-        hidden=tuple(run_config.hidden), target_accuracy=run_config.target_accuracy,
-        max_pushes=run_config.max_pushes, eval_every=run_config.pushes_per_chunk,
-        chunk_pushes=run_config.pushes_per_chunk,
-        chunk_overhead_s=costs["chunk_overhead_s"], step_overhead_s=costs["step_overhead_s"],
+        hidden=tuple(run_config.hidden), target_accuracy=goal["target_accuracy"],
+        target_loss=goal["target_loss"], max_pushes=run_config.max_pushes,
+        max_updates=run_config.max_updates,
+        # The harness evaluates beside training, at most this much of the run apart.
+        eval_every=scenario.num_workers, eval_relative_gap=run_config.eval_relative_gap,
+        start_overhead_s=costs["chunk_overhead_s"], step_overhead_s=costs["step_overhead_s"],
         read_overhead_s=costs["read_overhead_s"], gate_latency_s=costs["gate_latency_s"],
         # The harness's workers sleep inside the step, before the parameters are read.
         input_before_read=True, bandwidth_gbps=None, latency_s=0.0, seed=run_config.seed,
@@ -207,10 +235,10 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
     """The simulated counterpart of the real runs of ``specs`` on ``scenario``, labelled
     as the harness labels them, throughput and final accuracy measured as the harness
     does (up to the target, where the harness stops)."""
-    from cluster_sim.workloads import digits
-    from cluster_sim.harness.run import RunConfig
-    config = sim_config(costs, scenario, RunConfig.from_scenario(scenario))
-    runs = run_policies(specs, config, seeds=seeds, data=digits(seed=0), progress=False)
+    from cluster_sim.harness.config import RunConfig, load_data
+    data = load_data(scenario)
+    config = sim_config(costs, scenario, RunConfig.from_scenario(scenario), data)
+    runs = run_policies(specs, config, seeds=seeds, data=data, progress=False)
     for run in runs:
         if run["tta_s"] is not None:
             upto = [c for c in run["curve"] if c["wall_s"] <= run["tta_s"]]
@@ -257,7 +285,9 @@ def run(args) -> int:
         # From the raw probe, so a corrected derivation applies to saved measurements.
         raw = {name: dict(probe, epoch_s={int(p): t for p, t in probe["epoch_s"].items()})
                for name, probe in saved["costs"]["raw"].items()}  # JSON keys are strings
-        costs = costs_from_probe(raw, PROBE_WORKERS, _injected_s(load_scenario("homogeneous")))
+        home = load_scenario("homogeneous")
+        costs = costs_from_probe(raw, PROBE_WORKERS, _injected_s(home.batch_size,
+                                                                 home.us_per_sample))
     else:
         costs, real = run_real(specs, scenarios, args.seeds, out, args.probe_repeats)
     print("\nframework costs: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in costs.items()

@@ -1,7 +1,10 @@
 """The real-cluster harness: policies on local TensorFlow processes under a scenario.
 
 * `cluster_sim.harness.run`: `run_arm` (one arm of a comparison on a `LocalCluster`),
-  `RunConfig`, `Arm`, `ARMS`, `parse_arms`, `window_metrics`;
+  `window_metrics`;
+* `cluster_sim.harness.config`: `RunConfig`, `Arm`, `ARMS`, `parse_arms`, `targets`,
+  `load_data` (no TensorFlow: what a run is);
+* `cluster_sim.harness.evaluator`: `BackgroundEvaluator`, validation beside training;
 * `cluster_sim.harness.player`: `ScenarioPlayer`, which plays a scenario's speeds and
   events during a run;
 * `cluster_sim.harness.signals`: `DutyCycler` and `Signaller`, which stop and continue

@@ -2,9 +2,16 @@
 
 One `LocalCluster` serves every run; each arm (a policy, optionally with batch
 allocation) gets a fresh `KSyncStrategy` and a fresh model from the same seed, and
-trains in one `model.fit` whose epochs are ``pushes_per_chunk`` pushes long, validated
-on the held-out set after each (validation time is not counted), so accuracy against
-wall time and time to target come from one run.
+trains in one long `model.fit` with no forced drain: validation runs beside training
+(`cluster_sim.harness.evaluator.BackgroundEvaluator` reads the weights from the PS and
+evaluates them in numpy on the chief), at most 1 % of the training time so far apart,
+and a callback stops `fit` once the validation loss reaches the target (accuracy, for a
+workload without a target loss), the push or update limit or the time budget. The time
+to target is the crossing interpolated between evaluations (`cluster_sim.report.curve_tta`).
+
+Arms are paired by seed: for one seed every arm starts from the same initial weights
+(`cluster_sim.workloads.mlp` seeds Keras) and each worker reads the training rows in the
+same order (its shuffle seed is the run's seed and its worker index).
 
 Slowdowns: an in-graph delay per sample inside each training step
 (`cluster_sim.slowdown.SlowdownLayer`), whose per-worker sizes a background thread keeps
@@ -24,107 +31,36 @@ print(result["tta_s"], result["hardware_efficiency"])
 ```
 """
 
-import dataclasses
+import collections
 import time
 
 import tf_keras.callbacks as keras_callbacks
 from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
-import ksync
+from cluster_sim.harness.config import (ARMS, Arm, RunConfig, load_data,  # noqa: F401
+                                        parse_arms, targets)
 from cluster_sim.harness.player import ScenarioPlayer
-from cluster_sim.report.results import RunResult
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """Settings of a run that a scenario does not fix."""
-
-    speeds: tuple = (1.0, 1.0, 0.5, 0.25)
-    us_per_sample: float = 300.0
-    batch_size: int = 32
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    hidden: tuple = (64, 64)
-    pushes_per_chunk: int = 60
-    max_pushes: int = 1200
-    target_accuracy: float = 0.93
-    time_budget_s: float = 120.0
-    allocate_every: int = 10
-    seed: int = 0
-
-    @classmethod
-    def from_scenario(cls, scenario, **overrides) -> "RunConfig":
-        """The run a `cluster_sim.scenarios.Scenario` describes (its speeds at t = 0);
-        ``overrides`` win, and a name that is no field raises TypeError."""
-        values = dict(speeds=tuple(scenario.speeds_at(0.0)),
-                      us_per_sample=scenario.us_per_sample, batch_size=scenario.batch_size,
-                      learning_rate=scenario.learning_rate, momentum=scenario.momentum,
-                      hidden=tuple(scenario.hidden), max_pushes=scenario.max_pushes,
-                      target_accuracy=scenario.target_accuracy,
-                      time_budget_s=scenario.time_budget_s)
-        return cls(**dict(values, **overrides))
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    """One contender of a comparison: a policy spec for `ksync.parse` (e.g. "ksync:k=3")
-    and how batch sizes are set: None (equal), "static" (profile then fixed, Chao et
-    al.), "last" (last measured speeds), "forecast" (the shipped GRU forecaster) or
-    "deadline" (what each worker finishes by the fastest's time: Non-blocking SGD)."""
-
-    label: str
-    policy: str
-    allocation: str | None = None
-
-    def make_policy(self):
-        return ksync.parse(self.policy)
-
-
-#: What `python -m cluster_sim demo --arms all` compares.
-ARMS = {
-    "bsp": Arm("BSP", "bsp"),
-    "asp": Arm("ASP", "asp"),
-    "ssp": Arm("SSP(s=3)", "ssp:max_staleness=3"),
-    "ksync": Arm("KSync(k=3)", "ksync:k=3"),
-    "backup": Arm("Backup(b=1)", "backup:backups=1"),
-    "adaptive": Arm("Adaptive", "adaptive"),
-    "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
-    "chao": Arm("Chao static alloc", "bsp", allocation="static"),
-    "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),
-    "nbsgd": Arm("Non-blocking SGD", "bsp", allocation="deadline"),
-    "ashl": Arm("ASHL", "ashl:switch_after=40"),
-    "syncswitch": Arm("Sync-Switch", "syncswitch:switch_after=40"),
-}
-
+from cluster_sim.report.results import RunResult, curve_tta
 
 #: How often `run_arm` starts `fit` again after a transient TensorFlow input error.
 _FIT_RETRIES = 3
 
 
-def parse_arms(text: str) -> list[str]:
-    """Names of `ARMS` from a comma-separated list, or every arm for ``"all"``; raises
-    ValueError naming the unknown ones and the choices.
-
-    >>> parse_arms("bsp, lb-bsp")
-    ['bsp', 'lb-bsp']
-    """
-    names = list(ARMS) if text.strip() == "all" else [a.strip() for a in text.split(",")]
-    unknown = [a for a in names if a not in ARMS]
-    if unknown:
-        raise ValueError(f"unknown arms {unknown}; choose from {sorted(ARMS)} or 'all'")
-    return names
-
-
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             config: RunConfig | None = None, data=None, progress=None) -> dict:
-    """Train the scenario's MLP on digits under ``arm``; the measurements as a
-    `cluster_sim.report.RunResult` dict.
-    ``config`` defaults to the scenario's; ``seed`` to the config's."""
+    """Train the scenario's MLP on its workload under ``arm``; the measurements as a
+    `cluster_sim.report.RunResult` dict (plus ``evaluator``: the median costs of the
+    background evaluation).
+    ``config`` defaults to the scenario's; ``seed`` to the config's. After every
+    evaluation ``progress(pushes, accuracy)`` is called, or ``progress.point(point)``
+    (the whole curve point, loss included) when ``progress`` has that method, as
+    `cluster_sim.harness.progress.TargetBar` has."""
     import predictor
     import tf_keras as keras
 
+    from cluster_sim.harness.evaluator import BackgroundEvaluator
     from cluster_sim.slowdown import SlowdownLayer
-    from cluster_sim.workloads import compile_classifier, digits, mlp
+    from cluster_sim.workloads import compile_classifier, mlp
     from strategies import KSyncStrategy
 
     config = config or RunConfig.from_scenario(scenario)
@@ -133,7 +69,8 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     if n != cluster.num_workers:
         raise ValueError(f"scenario {scenario.name!r} has {n} workers, the cluster "
                          f"{cluster.num_workers}; start the cluster from the scenario.")
-    data = data or digits(seed=0)
+    data = data or load_data(scenario)
+    goal = targets(config, data)
     policy = arm.make_policy()
     allocation = {}
     if arm.allocation:
@@ -149,95 +86,118 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=seed,
                 slowdown=slowdown),
             keras.optimizers.SGD(config.learning_rate, momentum=config.momentum))
-    recorder = _Recorder(strategy, config, bool(arm.allocation), progress)
-    events = ScenarioPlayer(cluster, scenario, recorder.clock, slowdown,
-                            config.us_per_sample)
-    epochs = -(-config.max_pushes // config.pushes_per_chunk)
+    clock = _TrainingClock()
+    evaluator = BackgroundEvaluator(
+        model, strategy, data, clock, max_updates=config.max_updates,
+        relative_gap=config.eval_relative_gap, min_gap_s=config.eval_min_gap_s,
+        on_point=_on_point(progress), allocation=bool(arm.allocation), **goal)
+    stopper = _Stopper(clock, evaluator, config, ahead=2 * n)
+    events = ScenarioPlayer(cluster, scenario, clock, slowdown, config.us_per_sample)
+    fit_errors = []
     events.start()
+    evaluator.start()
     try:
-        while not recorder.done and len(recorder.curve) < epochs:
+        while not stopper.done and strategy.telemetry()["pushed"] < config.max_pushes:
             try:
                 model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(
                               None if arm.allocation else config.batch_size,
-                              shuffle_seed=seed * 100003 + len(recorder.fit_errors))),
-                          initial_epoch=len(recorder.curve), epochs=epochs,
-                          steps_per_epoch=config.pushes_per_chunk,
-                          validation_data=data.test_dataset(), validation_steps=1,
-                          callbacks=[recorder], verbose=0)
+                              shuffle_seed=seed * 100003 + len(fit_errors))),
+                          epochs=1, verbose=0, callbacks=[stopper],
+                          steps_per_epoch=config.max_pushes - strategy.telemetry()["pushed"])
             except ClosureInputError as err:
                 # Seen once in a 30-minute soak: TensorFlow failed to rebuild a restarted
                 # worker's input pipeline ('ContextSwitch' object has no attribute
-                # 'is_ref'). Pushes are atomic on the PS, so a new fit carries on from
-                # the last finished epoch; a run that keeps failing is not retried.
-                recorder.stop_clock()
-                recorder.fit_errors.append(f"{type(err).__name__}: {err}"[:500])
-                if len(recorder.fit_errors) > _FIT_RETRIES:
+                # 'is_ref'). Pushes are atomic on the PS, so a new fit carries on; a run
+                # that keeps failing is not retried.
+                clock.stop()
+                fit_errors.append(f"{type(err).__name__}: {err}"[:500])
+                if len(fit_errors) > _FIT_RETRIES:
                     raise
     finally:
+        clock.stop()
         events.finish()
-    result = _result(arm, seed, strategy.telemetry(), recorder.curve, recorder.tta,
-                     recorder.sizes_over_time, events.applied, recorder.fit_errors)
+        evaluator.finish()
+    evaluator.evaluate()  # the weights training ended with
+    check = None
+    if config.check_evaluator:
+        keras_logs = model.evaluate(data.test_dataset(), steps=1, verbose=0, return_dict=True)
+        last = evaluator.curve[-1]
+        check = {"numpy": {"loss": last["loss"], "accuracy": last["accuracy"]},
+                 "keras": {"loss": float(keras_logs["loss"]),
+                           "accuracy": float(keras_logs["accuracy"])}}
+    curve = evaluator.curve
+    sizes = [{"wall_s": p["wall_s"], "sizes": p.pop("sizes")} for p in curve if "sizes" in p]
+    result = _result(arm, seed, strategy.telemetry(), curve, goal, sizes, events.applied,
+                     fit_errors)
+    result["evaluator"] = dict(evaluator.costs(), check=check)
     # Its coordinator's threads would outlive the run and, once the cluster is gone,
     # report every failed attempt to reach it.
     strategy.shutdown()
     return result
 
 
-class _Recorder(keras_callbacks.Callback):
-    """Keeps the training clock (wall time in `fit`'s training steps, not in its
-    validation) and records the accuracy curve at the end of every epoch of
-    ``pushes_per_chunk`` pushes; stops `fit` at the target, the push limit or the time
-    budget."""
+def _on_point(progress):
+    if progress is None:
+        return None
+    point = getattr(progress, "point", None)
+    return point if point is not None else (lambda p: progress(p["pushes"], p["accuracy"]))
 
-    def __init__(self, strategy, config, allocation, progress):
-        super().__init__()
-        self.strategy, self.config = strategy, config
-        self.allocation, self.progress = allocation, progress
-        self.curve, self.sizes_over_time, self.fit_errors = [], [], []
-        self.tta = None
-        self.done = False
+
+class _TrainingClock:
+    """Seconds spent inside `fit` (between its train begin and end), across fits."""
+
+    def __init__(self):
         self._train_s = 0.0  # training time before the current stretch
         self._since = None  # when the current stretch of training started
 
-    def clock(self) -> float:
+    def __call__(self) -> float:
         since = self._since
         return self._train_s + (time.monotonic() - since if since is not None else 0.0)
 
-    def stop_clock(self):
-        self._train_s = self.clock()
+    def start(self):
+        if self._since is None:
+            self._since = time.monotonic()
+
+    def stop(self):
+        self._train_s = self()
         self._since = None
 
+
+class _Stopper(keras_callbacks.Callback):
+    """Runs the training clock during `fit`, keeps `fit` at most ``ahead`` steps ahead
+    of the workers, and stops it when the evaluator is done or the time budget is spent.
+
+    `fit` under a parameter-server strategy schedules steps as fast as Python runs
+    (TensorFlow's closure queue holds 262,144), so ``stop_training``, checked after
+    each step is scheduled, would stop nothing for thousands of steps. Waiting for the
+    step ``ahead`` places back to finish keeps every worker busy (one step running, one
+    queued) and makes a stop take effect within a few steps."""
+
+    def __init__(self, clock, evaluator, config, ahead):
+        super().__init__()
+        # Logs stay RemoteValues: converting them would wait for every step in turn.
+        self._supports_tf_logs = True
+        self.clock, self.evaluator, self.config = clock, evaluator, config
+        self.ahead = ahead
+        self._scheduled = collections.deque()
+        self.done = False
+
     def on_train_begin(self, logs=None):
-        self._since = time.monotonic()
-
-    def on_test_begin(self, logs=None):
-        self.stop_clock()
-
-    def on_test_end(self, logs=None):
-        self._since = time.monotonic()
+        self.clock.start()
 
     def on_train_end(self, logs=None):
-        self.stop_clock()
+        self.clock.stop()
+        self._scheduled.clear()
 
-    def on_epoch_end(self, epoch, logs=None):
-        wall = self._train_s  # the clock stopped when validation began
-        pushes = (epoch + 1) * self.config.pushes_per_chunk
-        accuracy = float(logs["val_accuracy"])
-        t = self.strategy.telemetry()
-        self.curve.append({"wall_s": wall, "pushes": pushes, "version": t["version"],
-                           "loss": float(logs["val_loss"]), "accuracy": accuracy,
-                           "workers": [{k: w[k] for k in ("pushes", "samples", "busy_s")}
-                                       for w in t["workers"]]})
-        if self.allocation:
-            self.sizes_over_time.append({"wall_s": wall,
-                                         "sizes": list(t["allocation"]["sizes"])})
-        if self.tta is None and accuracy >= self.config.target_accuracy:
-            self.tta = wall
-        if self.progress:
-            self.progress(pushes, accuracy)
-        self.done = (self.tta is not None or pushes >= self.config.max_pushes
-                     or wall >= self.config.time_budget_s)
-        self.model.stop_training = self.done
+    def on_train_batch_end(self, batch, logs=None):
+        fetch = getattr(logs, "fetch", None)
+        if fetch is not None:
+            self._scheduled.append(fetch)
+            if len(self._scheduled) > self.ahead:
+                self._scheduled.popleft()()
+        self.done = self.evaluator.done or self.clock() >= self.config.time_budget_s
+        if self.done:
+            self.model.stop_training = True
 
 
 def window_metrics(start: dict, end: dict) -> dict:
@@ -271,15 +231,18 @@ def window_metrics(start: dict, end: dict) -> dict:
     }
 
 
-def _result(arm, seed, t, curve, tta, sizes_over_time, events_applied, fit_errors) -> dict:
+def _result(arm, seed, t, curve, goal, sizes_over_time, events_applied, fit_errors) -> dict:
     zero = {"wall_s": 0.0, "workers": [{"pushes": 0, "samples": 0.0, "busy_s": 0.0}
                                        for _ in t["workers"]]}
     whole = window_metrics(zero, {"wall_s": curve[-1]["wall_s"], "workers": t["workers"]})
     # The second half of the run: after warm-up, profiling and the first allocations.
-    steady = (window_metrics(curve[len(curve) // 2 - 1], curve[-1]) if len(curve) >= 2
-              else None)
+    half = next(p for p in curve if p["wall_s"] >= curve[-1]["wall_s"] / 2)
+    steady = window_metrics(half, curve[-1]) if half is not curve[-1] else None
+    tta = curve_tta(curve, **goal)
     return RunResult(
-        policy=arm.label, seed=seed, tta_s=tta, final_accuracy=curve[-1]["accuracy"],
+        policy=arm.label, seed=seed, tta_s=tta["tta_s"],
+        tta_accuracy_s=tta["tta_accuracy_s"], max_eval_gap=tta["max_eval_gap"],
+        final_accuracy=curve[-1]["accuracy"], final_loss=curve[-1]["loss"], **goal,
         wall_s=curve[-1]["wall_s"], samples_per_s=whole["samples_per_s"],
         hardware_efficiency=whole["hardware_efficiency"],
         idle_fraction=whole["idle_fraction"], steady=steady,

@@ -34,15 +34,27 @@ import math
 
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "RunResult", "TTA_DEFINITION", "median_tta", "median_of"]
+from cluster_sim.report.stats import crossing_time
+
+__all__ = ["SCHEMA_VERSION", "RunResult", "TTA_DEFINITION", "median_tta", "median_of",
+           "curve_tta", "EVAL_RELATIVE_GAP"]
+
+#: Evaluations of a run (harness and simulator alike) are at most this fraction of the
+#: training time (or pushes) so far apart, so at the target crossing consecutive
+#: evaluations are at most 1 % of the run apart and the interpolated crossing is far
+#: inside the 2 % the benchmark allows.
+EVAL_RELATIVE_GAP = 0.01
 
 #: Bumped when a field changes meaning or shape; `RunResult.as_dict` writes it as "schema".
 SCHEMA_VERSION = 1
 
-TTA_DEFINITION = ("tta_s is the median over seeds of the time to target accuracy, a seed "
-                  "that never reached the target counting as infinite; it is null when that "
-                  "median is infinite (at least half the seeds missed, more than half for an "
-                  "odd count). tta_reached counts the seeds that reached it.")
+TTA_DEFINITION = ("A run's time to target is when its validation loss first fell to the "
+                  "target loss (or, for a workload without one, its accuracy first rose to "
+                  "the target accuracy), interpolated linearly between the two evaluations "
+                  "around the crossing. tta_s is the median over seeds, a seed that never "
+                  "reached the target counting as infinite; it is null when that median is "
+                  "infinite (at least half the seeds missed, more than half for an odd "
+                  "count). tta_reached counts the seeds that reached it.")
 
 
 @dataclasses.dataclass
@@ -84,6 +96,11 @@ class RunResult:
     scenario: str | None = None
     simulated: bool = False
     sim_run_s: float | None = None
+    target_loss: float | None = None
+    target_accuracy: float | None = None
+    tta_accuracy_s: float | None = None
+    final_loss: float | None = None
+    max_eval_gap: float | None = None
 
     def as_dict(self) -> dict:
         """The fields as a dict, plus ``"schema"``: `SCHEMA_VERSION`."""
@@ -117,3 +134,43 @@ def median_of(values) -> float | None:
     """
     values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return float(np.median(values)) if values else None
+
+
+def curve_tta(curve, target_loss=None, target_accuracy=None) -> dict:
+    """A run's times to target from its evaluation curve (``wall_s``, ``loss``,
+    ``accuracy``), each the interpolated crossing (`cluster_sim.report.stats.crossing_time`),
+    None if never reached: ``tta_s`` (validation loss down to ``target_loss``; accuracy up
+    to ``target_accuracy`` when there is no target loss), ``tta_accuracy_s`` (accuracy's
+    crossing), ``max_eval_gap`` (the largest time between consecutive evaluations, from
+    the start to the first one at or past the crossing (or the run's end), as a fraction
+    of the time to target (or of the run)).
+
+    The one definition of time to target: the harness and the simulator both call it.
+
+    >>> curve = [{"wall_s": t, "loss": l, "accuracy": a} for t, l, a in
+    ...          [(1.0, 1.0, 0.5), (2.0, 0.6, 0.7), (3.0, 0.4, 0.9)]]
+    >>> r = curve_tta(curve, target_loss=0.5, target_accuracy=0.8)
+    >>> r["tta_s"], r["tta_accuracy_s"], r["max_eval_gap"]
+    (2.5, 2.5, 0.4)
+    >>> curve_tta(curve, target_loss=0.5)["max_eval_gap"]  # 1 s apart, crossing at 2.5 s
+    0.4
+    >>> curve_tta(curve, target_accuracy=0.95)["tta_s"] is None
+    True
+    """
+    times = [float(p["wall_s"]) for p in curve]
+
+    def crossing(key, target, below):
+        if target is None or not curve:
+            return None
+        return crossing_time(times, [float(p[key]) for p in curve], float(target),
+                             below=below)
+
+    tta_acc = crossing("accuracy", target_accuracy, False)
+    tta = crossing("loss", target_loss, True) if target_loss is not None else tta_acc
+    end = tta if tta is not None else (times[-1] if times else 0.0)
+    # Consecutive evaluations from the start to the first one at or past the crossing.
+    upto = [0.0] + [t for t in times if t < end] + [t for t in times if t >= end][:1]
+    gaps = [b - a for a, b in zip(upto, upto[1:])]
+    return {"tta_s": tta, "tta_accuracy_s": tta_acc,
+            "max_eval_gap": max(gaps) / end if gaps and end > 0 else None}
+

@@ -47,14 +47,14 @@ from cluster_sim.report.results import TTA_DEFINITION, RunResult, median_of, med
 from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
 from cluster_sim.report.verdict import verdict
 
-__all__ = ["summarise", "write_report", "load_results", "main", "format_table", "COLUMNS",
+__all__ = ["json_safe", "summarise", "write_report", "load_results", "main", "format_table", "COLUMNS",
            "markdown_table", "step_time_spread", "version_to_wall", "REQUIRED_KEYS"]
 
 # The fields of `RunResult` without a default.
 REQUIRED_KEYS = tuple(f.name for f in dataclasses.fields(RunResult)
                       if f.default is dataclasses.MISSING
                       and f.default_factory is dataclasses.MISSING and f.name != "seed")
-MEDIAN_KEYS = ("final_accuracy", "samples_per_s", "hardware_efficiency", "idle_fraction",
+MEDIAN_KEYS = ("final_accuracy", "final_loss", "samples_per_s", "hardware_efficiency", "idle_fraction",
                "staleness_p50", "staleness_p95", "wall_s", "version", "dropped")
 CURVE_FIELDS = ("wall_s", "pushes", "version", "loss", "accuracy")
 # Baselines the table reports TTA ratios against, matched on the policy's class name.
@@ -146,7 +146,8 @@ def step_time_spread(run) -> float | None:
 #: What each column of the table means; report.md lists them under the table.
 COLUMNS = {
     "seeds": "runs (seeds) of the policy; every other column is a median over them",
-    "TTA s": "time to target accuracy, seconds of training (evaluation time excluded)",
+    "TTA s": "time to target (validation loss down to the target loss, or accuracy up to "
+             "the target accuracy), interpolated between evaluations, seconds of training",
     "reached": "seeds that reached the target accuracy, of all seeds",
     "TTA/BSP": "the policy's TTA over BSP's (below 1.0 is faster); TTA/ASP likewise",
     "final acc": "test accuracy at the last evaluation",
@@ -197,28 +198,31 @@ def markdown_table(results_or_summaries) -> str:
     return markdown_table_rows(*_table(_summaries(results_or_summaries)))
 
 
-def _json_safe(value):
+def json_safe(value):
     """NaN and infinity become null: JSON has neither, and readers choke on them."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, np.generic):
-        return _json_safe(value.item())
+        return json_safe(value.item())
     if isinstance(value, np.ndarray):
-        return _json_safe(value.tolist())
+        return json_safe(value.tolist())
     return value
 
 
 def write_report(run_dir, results, title: str | None = None, scenario=None,
-                 meta: dict | None = None) -> list[dict]:
+                 meta: dict | None = None, extra: dict | None = None,
+                 sections=()) -> list[dict]:
     """Write results.json, curves.csv, report.md and PNG plots into ``run_dir``.
 
     ``scenario`` (a `cluster_sim.scenarios.Scenario`, or the dict a results.json holds
     for it) and ``meta`` (any JSON-able dict,
-    e.g. the command line) are recorded in results.json and the report header. Returns
+    e.g. the command line) are recorded in results.json and the report header. ``extra``
+    (JSON-able) is added to results.json's top level, and ``sections`` (Markdown texts)
+    go into report.md after the verdict (e.g. a benchmark's own tables). Returns
     the `summarise` output. Raises ``ValueError`` on malformed results before writing.
     """
     summaries = summarise(results)
@@ -232,10 +236,10 @@ def write_report(run_dir, results, title: str | None = None, scenario=None,
                               "source": scenario.source,
                               "target_accuracy": scenario.target_accuracy}
     (out / "results.json").write_text(json.dumps(
-        _json_safe(dict(header, policies=summaries)), indent=2, default=str))
+        json_safe(dict(header, **(extra or {}), policies=summaries)), indent=2, default=str))
     _write_curves(out / "curves.csv", summaries)
     plots = _plot_all(out, summaries)
-    (out / "report.md").write_text(_markdown(summaries, header, plots))
+    (out / "report.md").write_text(_markdown(summaries, header, plots, sections))
     return summaries
 
 
@@ -250,7 +254,7 @@ def _write_curves(path, summaries) -> None:
                         "" if point[f] is None else point[f] for f in CURVE_FIELDS])
 
 
-def _markdown(summaries, header, plots) -> str:
+def _markdown(summaries, header, plots, sections=()) -> str:
     lines = [f"# {header['title'] or 'Policy comparison'}", ""]
     if "scenario" in header:
         sc = header["scenario"]
@@ -260,8 +264,10 @@ def _markdown(summaries, header, plots) -> str:
               f"{TTA_DEFINITION} TTA/BSP and TTA/ASP divide a policy's median TTA by the "
               "baseline's (below 1.0 is faster). Hardware efficiency is samples/s divided "
               "by the sum of the workers' stand-alone samples/s under the same slowdowns.",
-              "", markdown_table(summaries), "", f"**Verdict.** {verdict(summaries)}", "",
-              "Columns:", ""]
+              "", markdown_table(summaries), "", f"**Verdict.** {verdict(summaries)}", ""]
+    for section in sections:
+        lines += [section, ""]
+    lines += ["Columns:", ""]
     lines += [f"- `{name}`: {meaning}" for name, meaning in COLUMNS.items()] + [""]
     for name, caption in plots:
         lines += [f"![{caption}]({name})", ""]

@@ -6,7 +6,8 @@ worker whose gradient joined the current round waits for the next version when t
 says ``wait``, as `strategies.coordinator` holds it. The rule and the batch sizes are
 decided by the product's own `ksync.controller.RuleController`, called every
 ``refresh_every`` finished steps as the strategy's coordinator calls it, with the same
-measurements (recent and running step times, staleness, samples and busy time), and
+measurements (recent and running step times, staleness, samples and busy time, and
+the latest validation loss, which the harness's evaluator reports too), and
 batch sizes come from the product's `predictor.AllocationSchedule` (profiling phase,
 modes, windowed speeds).
 
@@ -32,7 +33,7 @@ import numpy as np
 import ksync
 from ksync.controller import RuleController
 from predictor.schedule import AllocationSchedule
-from cluster_sim.report.results import RunResult
+from cluster_sim.report.results import RunResult, curve_tta
 from cluster_sim.sim.clock import EventClock
 from cluster_sim.sim.model import MLP
 from cluster_sim.sim.speeds import Network, make_speed_model
@@ -53,9 +54,16 @@ class SimConfig:
     after the version it waits for exists. ``input_before_read`` puts the scenario's
     per-sample time before the worker reads the parameters (the harness injects it into
     the input pipeline), so only the overhead and the network count toward staleness.
-    ``chunk_pushes`` > 0 reproduces the harness's training in
-    ``model.fit`` chunks: after that many steps the workers drain, the model is
-    evaluated, and ``chunk_overhead_s`` passes before the next chunk.
+    ``chunk_pushes`` > 0 reproduces training in ``model.fit`` chunks: after that many
+    steps the workers drain, the model is evaluated, and ``chunk_overhead_s`` passes
+    before the next chunk. ``start_overhead_s`` passes before the first step (the
+    harness's clock includes ``fit``'s start and the tracing of the step).
+
+    Evaluation: every ``eval_every`` pushes; with ``eval_relative_gap`` > 0 (what the
+    harness does, `cluster_sim.report.EVAL_RELATIVE_GAP`) at the start and then
+    ``max(eval_every, eval_relative_gap * pushes)`` pushes apart instead. The run's time
+    to target is `cluster_sim.report.curve_tta` of the curve: validation loss down to
+    ``target_loss`` when given, else accuracy up to ``target_accuracy``, interpolated.
     """
 
     num_workers: int = 4
@@ -78,11 +86,14 @@ class SimConfig:
     momentum: float = 0.9
     hidden: tuple = (64, 64)
     target_accuracy: float = 0.93
+    target_loss: float | None = None
     max_pushes: int | None = 1200
     max_updates: int | None = None
     max_time_s: float | None = None
     stop_at_target: bool = True
     eval_every: int = 60
+    eval_relative_gap: float = 0.0
+    start_overhead_s: float = 0.0
     chunk_pushes: int = 0
     chunk_overhead_s: float = 0.0
     same_batch_order: bool = False
@@ -96,7 +107,8 @@ class SimConfig:
         if not (self.max_pushes or self.max_updates or self.max_time_s):
             raise ValueError("give at least one of max_pushes, max_updates, max_time_s, or "
                              "the simulation never ends")
-        for name in ("step_overhead_s", "read_overhead_s", "ps_service_s", "chunk_overhead_s", "gate_latency_s"):
+        for name in ("step_overhead_s", "read_overhead_s", "ps_service_s", "chunk_overhead_s", "gate_latency_s",
+                     "start_overhead_s", "eval_relative_gap"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -134,8 +146,8 @@ class Simulation:
     """Run ``policy`` (a `ksync.Policy` or name) on a simulated cluster.
 
     Args:
-      policy: the policy object; it is used as is (its ``rule``, ``observe`` and
-        ``history``), so pass a fresh one per run.
+      policy: the policy object; it is used as is (its ``rule`` and ``observe``), so
+        pass a fresh one per run.
       config: `SimConfig`.
       data: a `cluster_sim.workloads.Dataset` (default: digits with the config's seed).
       batch_allocation, forecaster, allocation_mode, allocate_every: as for
@@ -198,10 +210,12 @@ class Simulation:
         self.staleness = []              # staleness of every push
         self.curve = []
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
-        self.tta = None
+        self.tta = None  # when an evaluation first found the target reached
+        self.last_loss = None  # the latest validation loss (the controller's measurement)
         self.commits = 0  # updates applied to the model (must equal the PS version)
         self.step_started = [None] * n  # clock time of each worker's running step
         self._since_refresh = 0
+        self._next_eval = c.eval_every  # pushes at which the next evaluation is due
         self._chunk_started = 0
         self._inflight = 0
         self._idle = set()  # workers stopped by the end of a chunk
@@ -297,7 +311,7 @@ class Simulation:
         if every and self._since_refresh >= every:
             self._since_refresh = 0
             self._refresh()
-        if not c.chunk_pushes and pushes % c.eval_every == 0:
+        if not c.chunk_pushes and pushes >= self._next_eval:
             self._evaluate()
         if state.may_start(w):
             self._start(w)
@@ -330,7 +344,9 @@ class Simulation:
             iteration_times=tuple(float(np.median(r)) if r else None for r in self.recent),
             running_times=tuple(None if t is None else now - t for t in self.step_started),
             staleness_hist=tuple(np.bincount(np.asarray(self.staleness, np.int64).clip(0))),
-            worker_samples=tuple(self.worker_samples), busy_s=tuple(self.worker_time)))
+            worker_samples=tuple(self.worker_samples), busy_s=tuple(self.worker_time),
+            # The latest validation loss, as the harness's evaluator reports it.
+            loss=self.last_loss))
         if decision.changed:
             self.state.set_rule(decision.rule)
             self.rule = decision.rule
@@ -343,11 +359,27 @@ class Simulation:
                                          "sizes": list(map(int, decision.sizes))})
 
     def _evaluate(self):
+        c = self.config
         loss, acc = self.model.evaluate(self.data.x_test, self.data.y_test)
-        self.curve.append({"wall_s": float(self.clock.now), "pushes": self.state.pushed,
+        pushes = self.state.pushed
+        self.curve.append({"wall_s": float(self.clock.now), "pushes": pushes,
                            "version": self.state.version, "loss": loss, "accuracy": acc})
-        if self.tta is None and acc >= self.config.target_accuracy:
+        self.last_loss = loss
+        gap = (max(c.eval_every, int(c.eval_relative_gap * pushes)) if c.eval_relative_gap
+               else c.eval_every)
+        self._next_eval = pushes - pushes % gap + gap if not c.eval_relative_gap \
+            else pushes + gap
+        reached = (loss <= c.target_loss if c.target_loss is not None
+                   else acc >= c.target_accuracy)
+        if self.tta is None and reached:
+            # Only a stop signal: the reported time is curve_tta's interpolated crossing.
             self.tta = float(self.clock.now)
+
+    def rule_history(self):
+        """``(version, rule, reason)`` of every rule of the run: the controller keeps
+        them (ksync before issue 18: the policy did)."""
+        history = getattr(self.controller, "history", None)
+        return history if history is not None else self.policy.history
 
     def _done(self):
         c, s = self.config, self.state
@@ -363,8 +395,10 @@ class Simulation:
         ``progress(sim)`` is called after every evaluation, e.g. to move a progress bar.
         """
         c = self.config
+        if c.eval_relative_gap:
+            self._evaluate()  # the initial weights, as the harness's evaluator at t = 0
         for w in range(c.num_workers):
-            self._start(w)
+            self._start(w, c.start_overhead_s)
         seen = 0
         while self.clock and not self._done():
             t, (kind, w) = self.clock.pop()
@@ -398,8 +432,13 @@ class Simulation:
         # time it spent computing and communicating them.
         standalone = float(np.sum(self.worker_samples[busy > 0] / busy[busy > 0]))
         rate = samples / wall if wall > 0 else None
+        c = self.config
+        goal = {"target_loss": c.target_loss, "target_accuracy": c.target_accuracy}
+        tta = curve_tta(self.curve, **goal)
         return RunResult(
-            policy=repr(self.policy), seed=self.config.seed, tta_s=self.tta,
+            policy=repr(self.policy), seed=c.seed, tta_s=tta["tta_s"],
+            tta_accuracy_s=tta["tta_accuracy_s"], max_eval_gap=tta["max_eval_gap"],
+            final_loss=self.curve[-1]["loss"], **goal,
             final_accuracy=self.curve[-1]["accuracy"], wall_s=wall, samples_per_s=rate,
             hardware_efficiency=rate / standalone if rate and standalone else None,
             idle_fraction=float(1.0 - busy.sum() / (wall * len(busy))) if wall > 0 else None,
@@ -408,7 +447,7 @@ class Simulation:
             pushed=s.pushed, applied=s.applied, dropped=s.dropped, pending=s.pending,
             version=s.version, rule=self.rule.describe(),
             k_history=[{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
-                        "reason": why} for v, r, why in self.policy.history],
+                        "reason": why} for v, r, why in self.rule_history()],
             worker_pushes=self.worker_pushes.tolist(),
             worker_step_times=[float(t / p) if p else None
                                for t, p in zip(self.worker_time, self.worker_pushes)],

@@ -1,0 +1,591 @@
+"""``python -m cluster_sim bench policies``: every rule, each fixed one tuned, on the benchmark.
+
+The matrix of issue 18: on the real 8-worker local cluster (one `LocalCluster` per
+scenario, arms interleaved seed by seed so load from elsewhere hits all of them alike),
+or with ``--simulate`` on the discrete-event simulator at 8, 64 and 256 workers, the
+same workload (``data`` of the scenario: ``teacher``) and the same scenarios
+(``cluster_sim/scenarios/bench/``).
+
+Arms (``--arms``, comma-separated families, default all): the fixed rules with a grid of
+their parameter, ``ssp`` (s), ``ksync`` and ``kasync`` (k), ``backup`` (b), ``rennala``
+(B), ``ringmaster`` (R), plus ``bsp`` and ``asp``, and the rules that set themselves:
+``adasync``, ``syncswitch``, ``ashl``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive``,
+``adaptive+alloc`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
+fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
+tunes each grid in the simulator on the same scenario (with the framework costs measured
+here) and runs only the tuned value for real.
+
+Step times like an accelerator's: first the framework cost per step is measured on this
+machine (the probe of `cluster_sim.cli.calibrate`: 8 workers, no injected delay, ASP and
+BSP runs of two lengths), then the injected compute per sample is set so the fastest
+worker's injected step is at least ``--compute-ratio`` (4) times that cost; both and
+the ratio are printed and saved. The same costs are the simulator's overheads.
+
+Writes ``OUT/results.json`` (costs, injected compute, every scenario's table rows and the
+oracle choices), ``OUT/bench.md`` (one table per scenario: median time to target with a
+90 % bootstrap interval over seeds, the ratio to BSP paired by seed with its interval,
+final loss and accuracy, updates, dropped gradients; BSP's coefficient of variation),
+and per scenario (and worker count) a report directory with every run, curves and plots
+(`cluster_sim.report.write_report`).
+
+Example:
+
+```
+python -m cluster_sim bench policies --scenario static,trace --seeds 3 --out runs/bench
+python -m cluster_sim bench policies --scenario static --arms bsp,asp,ksync --grid-from-sim
+python -m cluster_sim bench policies --simulate --workers 8,64,256 --seeds 10 \\
+    --costs runs/bench/results.json --out runs/bench_sim
+```
+
+From Python (the demo's short version): `run_matrix` with a few arms and limits, then
+`bench_table` for the Markdown table and `cluster_sim.report.verdict` for the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+import sys
+import time
+
+from cluster_sim.harness.config import ARMS, Arm, RunConfig, load_data, targets
+from cluster_sim.report.results import median_tta
+from cluster_sim.report.tables import markdown_table_rows
+
+__all__ = ["FAMILIES", "BenchArm", "parse_families", "bench_arms", "oracle_choices",
+           "bench_table", "injected_us_per_sample", "run_matrix", "add_arguments", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A rule with a grid: ``spec.format(v)`` and ``label.format(v)`` for each value
+    ``grid(num_workers)`` gives."""
+
+    label: str
+    spec: str
+    grid: object  # num_workers -> tuple of values
+
+    def values(self, n: int) -> tuple:
+        return tuple(sorted({int(v) for v in self.grid(n) if v >= 1}))
+
+
+def _fractions(n, *fs, below=None, least=1):
+    """``round(f * n)`` for each fraction, at least ``least``, below ``below``."""
+    return tuple(v for v in (max(least, round(f * n)) for f in fs)
+                 if below is None or v < below)
+
+
+#: The fixed rules and their grids (values depend on the number of workers).
+FAMILIES = {
+    "ssp": Family("SSP(s={})", "ssp:max_staleness={}", lambda n: (1, 2, 4, 8)),
+    # k = 1 is ASP and k = N BSP (arms of their own).
+    "ksync": Family("KSync(k={})", "ksync:k={}",
+                    lambda n: _fractions(n, .25, .5, .75, below=n, least=2)),
+    "kasync": Family("KAsync(k={})", "kasync:k={}",
+                     lambda n: _fractions(n, .25, .5, .75, below=n, least=2)),
+    "backup": Family("Backup(b={})", "backup:backups={}", lambda n: _fractions(n, 1 / 8, .25, below=n)),
+    "rennala": Family("Rennala(B={})", "rennala:batch={}", lambda n: _fractions(n, .5, 1, 2)),
+    "ringmaster": Family("Ringmaster(R={})", "ringmaster:max_delay={}",
+                         lambda n: _fractions(n, .5, 1, 2)),
+}
+#: Arms without a grid: (name, Arm); BSP first, the baseline of every ratio.
+SINGLE = {"bsp": ARMS["bsp"], "asp": ARMS["asp"], "adasync": Arm("AdaSync", "adasync"),
+          **{name: ARMS[name] for name in ("syncswitch", "ashl", "chao", "lb-bsp", "nbsgd",
+                                           "adaptive", "adaptive+alloc")}}
+ORDER = ("bsp", "asp", "ssp", "ksync", "kasync", "backup", "rennala", "ringmaster",
+         "adasync", "syncswitch", "ashl", "chao", "lb-bsp", "nbsgd", "adaptive",
+         "adaptive+alloc")
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchArm:
+    """One arm of the matrix: its family, the harness `Arm`, its grid value (None
+    without a grid)."""
+
+    family: str
+    arm: Arm
+    value: int | None = None
+
+
+def parse_families(text: str) -> list[str]:
+    """Families from ``--arms`` ("all" or comma-separated), in the matrix's order, BSP
+    always included (every ratio is to BSP); ValueError names unknown ones.
+
+    >>> parse_families("ksync, asp")
+    ['bsp', 'asp', 'ksync']
+    >>> parse_families("all") == list(ORDER)
+    True
+    """
+    names = list(ORDER) if text.strip() == "all" else [a.strip() for a in text.split(",")
+                                                       if a.strip()]
+    unknown = [a for a in names if a not in ORDER]
+    if unknown:
+        raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ORDER)} or 'all'")
+    return [name for name in ORDER if name in names or name == "bsp"]
+
+
+def bench_arms(families, num_workers: int, tuned: dict | None = None) -> list[BenchArm]:
+    """Every arm of ``families`` on ``num_workers`` workers: each grid value of a fixed
+    rule (only ``tuned[family]`` when given: the value tuned in the simulator).
+
+    >>> [a.arm.label for a in bench_arms(["bsp", "ksync"], 8)]
+    ['BSP', 'KSync(k=2)', 'KSync(k=4)', 'KSync(k=6)']
+    >>> [a.arm.policy for a in bench_arms(["ksync"], 8, tuned={"ksync": 4})]
+    ['ksync:k=4']
+    """
+    out = []
+    for name in families:
+        if name in SINGLE:
+            out.append(BenchArm(name, SINGLE[name]))
+            continue
+        family = FAMILIES[name]
+        values = family.values(num_workers)
+        if tuned and name in tuned:
+            values = (int(tuned[name]),)
+        out += [BenchArm(name, Arm(family.label.format(v), family.spec.format(v)), v)
+                for v in values]
+    return out
+
+
+def check_arms(arms, num_workers: int) -> None:
+    """Build every arm's policy for ``num_workers`` workers before any run; a
+    ValueError names the arm and the problem (e.g. a rule ksync does not have yet)."""
+    for a in arms:
+        try:
+            a.arm.make_policy().rule(num_workers)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"arm {a.arm.label} ({a.arm.policy!r}): {err}") from None
+
+
+def injected_us_per_sample(framework_step_s: float, batch_size: int, fastest_speed: float,
+                           ratio: float = 4.0, at_least: float = 0.0) -> float:
+    """Microseconds per sample at speed 1 so the fastest worker's injected step
+    (``batch_size * us / fastest_speed``) is ``ratio`` times the framework cost per
+    step, rounded up to 100 us; never below ``at_least``.
+
+    >>> injected_us_per_sample(0.05, 32, 1.0)   # 4 x 50 ms over 32 samples
+    6300.0
+    """
+    us = ratio * framework_step_s * fastest_speed / batch_size * 1e6
+    return max(float(at_least), math.ceil(us / 100.0) * 100.0)
+
+
+# ---- the table --------------------------------------------------------------------------
+
+def _per_seed(results, label):
+    return {r["seed"]: r for r in results if r["policy"] == label}
+
+
+def _tta_key(results, label):
+    """Sort key of an arm: median TTA (never = inf), then median final loss."""
+    runs = list(_per_seed(results, label).values())
+    tta = median_tta([r["tta_s"] for r in runs])
+    losses = [r.get("final_loss") for r in runs if r.get("final_loss") is not None]
+    return (math.inf if tta is None else tta, statistics.median(losses) if losses else math.inf)
+
+
+def oracle_choices(results, arms) -> dict:
+    """Per fixed rule with more than one grid value among ``arms``: the label of its
+    best value (lowest median time to target over seeds, then lowest final loss).
+
+    >>> runs = [{"policy": "KSync(k=2)", "seed": 0, "tta_s": 9.0},
+    ...         {"policy": "KSync(k=4)", "seed": 0, "tta_s": 7.0}]
+    >>> oracle_choices(runs, bench_arms(["ksync"], 6))
+    {'ksync': 'KSync(k=4)'}
+    """
+    choices = {}
+    for name in dict.fromkeys(a.family for a in arms):
+        labels = [a.arm.label for a in arms if a.family == name]
+        if name in FAMILIES and len(labels) > 1:
+            ran = [label for label in labels if _per_seed(results, label)]
+            if ran:
+                choices[name] = min(ran, key=lambda label: _tta_key(results, label))
+    return choices
+
+
+def _interval(point, low, high, fmt):
+    cell = lambda v: "never" if math.isinf(v) else format(v, fmt)
+    return f"{cell(point)} [{cell(low)}, {cell(high)}]"
+
+
+def arm_row(results, label) -> dict:
+    """The table's numbers for one arm: median TTA with its 90 % bootstrap interval,
+    the ratio to BSP paired by seed with its interval, medians of final loss/accuracy,
+    updates and dropped gradients."""
+    from cluster_sim.report.stats import bootstrap_ci, paired_ratio_ci
+    runs = _per_seed(results, label)
+    bsp = _per_seed(results, SINGLE["bsp"].label)
+    ttas = [runs[s]["tta_s"] for s in sorted(runs)]
+    row = {"arm": label, "seeds": len(runs), "reached": sum(t is not None for t in ttas),
+           "tta": bootstrap_ci(ttas), "ratio": None}
+    common = sorted(set(runs) & set(bsp))
+    if common:
+        try:
+            row["ratio"] = paired_ratio_ci([runs[s]["tta_s"] for s in common],
+                                           [bsp[s]["tta_s"] for s in common])
+        except ValueError:  # no seed where either reached the target
+            pass
+    for key in ("final_loss", "final_accuracy", "version", "dropped"):
+        values = [r.get(key) for r in runs.values() if r.get(key) is not None]
+        row[key] = statistics.median(values) if values else None
+    return row
+
+
+def bench_table(results, arms, title="") -> tuple[str, dict]:
+    """The Markdown table of one scenario (every arm, then the oracle-tuned rows) and
+    its data: ``{"rows", "oracle", "bsp_tta_cv"}``."""
+    from cluster_sim.report.stats import coefficient_of_variation
+    labels = [a.arm.label for a in arms if _per_seed(results, a.arm.label)]
+    rows = [arm_row(results, label) for label in labels]
+    oracle = oracle_choices(results, arms)
+    for name, label in oracle.items():
+        family = FAMILIES[name].label.split("(")[0]
+        rows.append(dict(arm_row(results, label), arm=f"{family} oracle-tuned = {label}",
+                         oracle=name))
+    bsp = _per_seed(results, SINGLE["bsp"].label)
+    cv = coefficient_of_variation([bsp[s]["tta_s"] for s in sorted(bsp)]) if bsp else None
+    fmt = lambda v, f: "-" if v is None else format(v, f)
+    body = [[r["arm"], _interval(*r["tta"], ".1f"), f"{r['reached']}/{r['seeds']}",
+             "-" if r["ratio"] is None else _interval(*r["ratio"][:3], ".2f"),
+             fmt(r["final_loss"], ".3f"), fmt(r["final_accuracy"], ".3f"),
+             fmt(r["version"], ".0f"), fmt(r["dropped"], ".0f")] for r in rows]
+    header = ["arm", "TTA s [90% CI]", "reached", "TTA/BSP paired [90% CI]", "final loss",
+              "final acc", "updates", "dropped"]
+    cv_text = ("BSP's TTA coefficient of variation: " +
+               ("- (fewer than two seeds)" if cv is None or math.isnan(cv) else
+                "inf (a seed missed the target)" if math.isinf(cv) else f"{100 * cv:.1f} %"))
+    text = "\n".join(([f"### {title}", ""] if title else []) +
+                     [markdown_table_rows(header, body), "", cv_text])
+    return text, {"rows": rows, "oracle": oracle, "bsp_tta_cv": cv}
+
+
+# ---- running the matrix -----------------------------------------------------------------
+
+def _allocation(arm: Arm, config, n):
+    """The strategy's (and the simulator's) batch-allocation arguments of ``arm``."""
+    if not arm.allocation:
+        return {}
+    import predictor
+    return dict(batch_allocation=predictor.BatchAllocator(config.batch_size * n, min_batch=4),
+                allocation_mode=arm.allocation, allocate_every=config.allocate_every,
+                forecaster=(predictor.GRUSmoothingForecaster.default()
+                            if arm.allocation == "forecast" else None))
+
+
+def simulate_arm(arm: Arm, sim_config, data, run_config) -> dict:
+    """One simulated run of ``arm`` (labelled as the harness labels it)."""
+    from cluster_sim.sim import Simulation
+    started = time.perf_counter()
+    sim = Simulation(arm.make_policy(), sim_config, data,
+                     **_allocation(arm, run_config, sim_config.num_workers))
+    result = sim.run()
+    result["policy"] = arm.label
+    result["sim_run_s"] = time.perf_counter() - started
+    return result
+
+
+def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=None,
+               data=None, progress=None, on_result=None) -> list[dict]:
+    """Every arm for seeds ``0 .. seeds - 1``, interleaved seed by seed: on ``cluster``
+    (real, `cluster_sim.harness.run.run_arm`) or, with ``sim_config``, simulated.
+    ``progress(label, seed)`` returns a per-run progress callback (or None);
+    ``on_result(result)`` is called after each run (e.g. to save as it goes)."""
+    data = data if data is not None else load_data(scenario)
+    results = []
+    for seed in range(seeds):
+        for a in arms:
+            if sim_config is not None:
+                r = simulate_arm(a.arm, dataclasses.replace(sim_config, seed=seed), data,
+                                 run_config)
+            else:
+                from cluster_sim.harness.run import run_arm
+                callback = progress(a.arm.label, seed) if progress else None
+                try:
+                    r = run_arm(cluster, a.arm, scenario, seed=seed, config=run_config,
+                                data=data, progress=callback)
+                    if hasattr(callback, "finish"):
+                        callback.finish(r)
+                finally:
+                    if hasattr(callback, "__exit__"):
+                        callback.__exit__(None, None, None)
+            r["family"], r["grid_value"] = a.family, a.value
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    return results
+
+
+def _scenario_name(name: str) -> str:
+    """``static`` means the benchmark's ``bench/static`` when there is one."""
+    from cluster_sim.scenarios import bench_names
+    return f"bench/{name}" if f"bench/{name}" in bench_names() else name
+
+
+def load_bench_scenario(name, args, us_per_sample=None):
+    from cluster_sim.scenarios import load_scenario
+    overrides = {}
+    if us_per_sample is not None:
+        overrides["us_per_sample"] = float(us_per_sample)
+    if args.max_pushes:
+        overrides["max_pushes"] = int(args.max_pushes)
+    if args.time_budget:
+        overrides["time_budget_s"] = float(args.time_budget)
+    return load_scenario(_scenario_name(name), traces_dir=args.traces,
+                         machine_usage=args.machine_usage, overrides=overrides)
+
+
+def _run_config(scenario, args):
+    return RunConfig.from_scenario(scenario, max_updates=args.max_updates)
+
+
+def _probe_costs(cluster, scenario, repeats, log):
+    """The framework costs on ``cluster`` (`cluster_sim.cli.calibrate.probe`, on the
+    scenario's workload and model with every worker at full speed and no injected
+    delay)."""
+    from cluster_sim.cli.calibrate import probe
+    from cluster_sim.harness.run import run_arm
+    home = dataclasses.replace(scenario, name="probe", slowdowns=(), events=(),
+                               inject="delay")
+    log(f"probing framework costs on {cluster.num_workers} workers (ASP and BSP, no "
+        f"injected delay, {repeats} repeat(s))...")
+    return probe(cluster, run_arm, home, repeats=repeats, us_per_sample=0.0)
+
+
+def _load_costs(path) -> dict:
+    path = pathlib.Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        costs = json.loads(path.read_text())["costs"]
+    except (OSError, KeyError, json.JSONDecodeError) as err:
+        raise ValueError(f"--costs {str(path)!r}: no framework costs there ({err}); give "
+                         "the results.json of a real bench run, 'probe' or 'none'") from None
+    return costs
+
+
+def _sim_config(costs, scenario, run_config, data, workers):
+    from cluster_sim.cli.calibrate import sim_config
+    config = sim_config(costs, scenario, run_config, data)
+    scale = workers / scenario.num_workers
+    return dataclasses.replace(config, num_workers=workers, eval_every=workers,
+                               max_pushes=int(run_config.max_pushes * scale),
+                               stop_at_target=True)
+
+
+def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log) -> dict:
+    """The best grid value of each fixed rule among ``arms``, simulated on
+    ``scenario`` with ``costs`` over ``seeds`` seeds."""
+    grid = [a for a in arms if a.family in FAMILIES]
+    if not grid:
+        return {}
+    config = _sim_config(costs, scenario, run_config, data, scenario.num_workers)
+    results = run_matrix(grid, scenario, seeds, run_config, sim_config=config, data=data)
+    choices = oracle_choices(results, grid)
+    tuned = {name: next(a.value for a in grid if a.arm.label == label)
+             for name, label in choices.items()}
+    log("tuned in the simulator: " + ", ".join(f"{k} -> {v}" for k, v in tuned.items()))
+    return tuned
+
+
+def _estimate_s(arms, scenario, run_config, costs, data, seeds) -> float:
+    """Seconds the real matrix should take: each arm's simulated training time (with the
+    probed costs) plus a fixed start-up per run, times seeds."""
+    config = _sim_config(costs, scenario, run_config, data, scenario.num_workers)
+    sims = run_matrix(arms, scenario, 1, run_config, sim_config=config, data=data)
+    return seeds * sum(r["wall_s"] + 8.0 for r in sims)
+
+
+def _write(out, scenario_key, results, arms, scenario, meta, extra, title):
+    from cluster_sim.report import write_report
+    text, data = bench_table(results, arms, title=title)
+    write_report(out / scenario_key.replace("/", "_"), results, title=title,
+                 scenario=scenario, meta=meta, extra={"bench": data}, sections=[text])
+    return text, data
+
+
+def run(args) -> int:
+    from cluster_sim.cli import prepare_tensorflow
+    log = lambda text: print(text, flush=True)
+    try:
+        families = parse_families(args.arms)
+        names = [s.strip() for s in args.scenario.split(",") if s.strip()]
+        workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
+        if not names or args.seeds < 1 or not workers or min(workers) < 1:
+            raise ValueError("need --scenario, --seeds >= 1 and --workers >= 1")
+        scenarios = {n: load_bench_scenario(n, args) for n in names}
+        if args.costs not in ("probe", "none"):
+            costs = _load_costs(args.costs)
+        elif args.costs == "none":
+            costs = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
+                     "gate_latency_s": 0.0, "framework_step_s": 0.0}
+        else:
+            costs = None
+        for scenario in scenarios.values():
+            for n in (workers if args.simulate else [scenario.num_workers]):
+                check_arms(bench_arms(families, n), n)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"argv": sys.argv, "seeds": args.seeds, "arms": families,
+            "simulate": bool(args.simulate)}
+    summary = {"meta": meta, "scenarios": {}}
+    sections = []
+    if not args.simulate or costs is None:
+        prepare_tensorflow()
+        from cluster_sim.netns import isolate_loopback
+        isolate_loopback()
+    first = next(iter(scenarios.values()))
+    if costs is None and args.simulate:
+        from cluster_sim.local_cluster import LocalCluster
+        with LocalCluster(num_workers=first.num_workers) as cluster:
+            costs = _probe_costs(cluster, first, args.probe_repeats, log)
+    if args.simulate:
+        summary["costs"] = costs
+        for name, scenario in scenarios.items():
+            us = _us_per_sample(scenario, costs, args, log)
+            scenario = load_bench_scenario(name, args, us)
+            run_config = _run_config(scenario, args)
+            data = load_data(scenario)
+            for n in workers:
+                arms = bench_arms(families, n)
+                config = _sim_config(costs, scenario, run_config, data, n)
+                log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
+                    f"{args.seeds} seed(s)")
+                results = _with_bar(len(arms) * args.seeds, f"{name} n={n}",
+                                    lambda bar: run_matrix(
+                                        arms, scenario, args.seeds, run_config,
+                                        sim_config=config, data=data,
+                                        on_result=lambda r: bar.update(1)))
+                title = f"simulated {scenario.name}, {n} workers"
+                text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
+                                     meta, {"costs": costs, "us_per_sample": us}, title)
+                sections.append(text)
+                summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us)
+                log("\n" + text + "\n")
+    else:
+        from cluster_sim.local_cluster import LocalCluster
+        from cluster_sim.harness.progress import TargetBar
+        for name, scenario in scenarios.items():
+            with LocalCluster(num_workers=scenario.num_workers) as cluster:
+                if costs is None:
+                    costs = _probe_costs(cluster, scenario, args.probe_repeats, log)
+                summary["costs"] = costs
+                us = _us_per_sample(scenario, costs, args, log)
+                scenario = load_bench_scenario(name, args, us)
+                run_config = _run_config(scenario, args)
+                data = load_data(scenario)
+                tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers), scenario,
+                                      run_config, costs, data, args.sim_seeds, log)
+                         if args.grid_from_sim else None)
+                arms = bench_arms(families, scenario.num_workers, tuned)
+                estimate = _estimate_s(arms, scenario, run_config, costs, data, args.seeds)
+                log(f"{scenario.summary()}\n{len(arms)} arms x {args.seeds} seed(s); "
+                    f"estimated {estimate / 60:.0f} min (simulated with the probed costs)")
+                saved = []
+                results = run_matrix(
+                    arms, scenario, args.seeds, run_config, cluster=cluster, data=data,
+                    progress=lambda label, seed: TargetBar(f"{label:>18} s{seed}", run_config,
+                                                           targets(run_config, data)["target_loss"]),
+                    on_result=saved.append)
+                import gc
+                gc.collect()  # free the strategies' functions while the servers answer
+            title = f"{scenario.name}, real, {scenario.num_workers} workers"
+            text, data_ = _write(out, name, results, arms, scenario, meta,
+                                 {"costs": costs, "us_per_sample": us, "tuned_in_sim": tuned},
+                                 title)
+            sections.append(text + (f"\n\nGrid values tuned in the simulator: {tuned}"
+                                    if tuned else ""))
+            summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=tuned)
+            log("\n" + text + "\n")
+    from cluster_sim.report.writer import json_safe
+    (out / "results.json").write_text(json.dumps(json_safe(summary), indent=2, default=str))
+    (out / "bench.md").write_text("# ksync policy benchmark\n\n" + _costs_text(costs) +
+                                  "\n\n" + "\n\n".join(sections) + "\n")
+    log(f"results: {out / 'results.json'}, table: {out / 'bench.md'}")
+    return 0
+
+
+def _us_per_sample(scenario, costs, args, log) -> float:
+    """The injected compute per sample: ``--us-per-sample``, else calibrated to the
+    framework cost (`injected_us_per_sample`); printed with the cost and the ratio."""
+    fastest = max(scenario.speeds_at(0.0))
+    step = costs.get("framework_step_s") or 0.0
+    if args.us_per_sample is not None:
+        us = float(args.us_per_sample)
+    elif step > 0:
+        us = injected_us_per_sample(step, scenario.batch_size, fastest, args.compute_ratio)
+    else:
+        us = scenario.us_per_sample
+    injected = scenario.batch_size * us * 1e-6 / fastest
+    ratio = f"{injected / step:.1f}x" if step > 0 else "unmeasured"
+    log(f"framework cost per step {1e3 * step:.1f} ms; injected compute of the fastest "
+        f"worker's step {1e3 * injected:.1f} ms ({us:g} us/sample); ratio {ratio}")
+    costs.setdefault("injected", {})[scenario.name] = {
+        "us_per_sample": us, "fastest_step_s": injected,
+        "ratio": injected / step if step > 0 else None}
+    return us
+
+
+def _costs_text(costs) -> str:
+    step = costs.get("framework_step_s") or 0.0
+    lines = [f"Framework cost per step (8 workers, no injected delay): {1e3 * step:.1f} ms."]
+    for name, inj in (costs.get("injected") or {}).items():
+        ratio = "-" if inj["ratio"] is None else f"{inj['ratio']:.1f}x"
+        lines.append(f"{name}: injected {inj['us_per_sample']:g} us/sample, fastest "
+                     f"worker's injected step {1e3 * inj['fastest_step_s']:.1f} ms, "
+                     f"{ratio} the framework cost.")
+    return "\n".join(lines)
+
+
+def _with_bar(total, desc, body):
+    from tqdm import tqdm
+    with tqdm(total=total, desc=desc, unit="run", file=sys.stderr) as bar:
+        return body(bar)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", default="static,trace",
+                        help="comma-separated scenarios (bench/NAME when it exists: "
+                             "homogeneous, static, slow3x, trace, colocated, "
+                             "colocated_usage, pause, churn) or TOML files")
+    parser.add_argument("--arms", default="all",
+                        help=f"comma-separated arms or 'all': {', '.join(ORDER)} (grids "
+                             "for ssp, ksync, kasync, backup, rennala, ringmaster)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    parser.add_argument("--simulate", action="store_true",
+                        help="run the matrix in the simulator instead of the real cluster")
+    parser.add_argument("--workers", default="8",
+                        help="with --simulate: comma-separated worker counts (e.g. 8,64,256)")
+    parser.add_argument("--grid-from-sim", action="store_true",
+                        help="tune each fixed rule's grid in the simulator on the same "
+                             "scenario, then run only the tuned value for real")
+    parser.add_argument("--sim-seeds", type=int, default=3,
+                        help="seeds of the --grid-from-sim tuning (default 3)")
+    parser.add_argument("--costs", default="probe",
+                        help="framework costs: 'probe' (measure on the real cluster, "
+                             "default), 'none' (zero; simulator only) or a results.json "
+                             "of an earlier bench run")
+    parser.add_argument("--probe-repeats", type=int, default=2,
+                        help="repeats of each probe run (default 2)")
+    parser.add_argument("--compute-ratio", type=float, default=4.0,
+                        help="injected compute of the fastest worker's step over the "
+                             "framework cost per step (default 4)")
+    parser.add_argument("--us-per-sample", type=float, default=None,
+                        help="injected microseconds per sample at speed 1 (default: "
+                             "calibrated with --compute-ratio)")
+    parser.add_argument("--max-pushes", type=int, default=None,
+                        help="pushes per run at most (default: the scenario's)")
+    parser.add_argument("--max-updates", type=int, default=None,
+                        help="updates per run at most (default: no limit)")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds of training per run at most (default: the scenario's)")
+    parser.add_argument("--traces", default=None, help="trace directory for trace scenarios")
+    parser.add_argument("--machine-usage", default=None,
+                        help="machine-usage CSV (or directory) for colocated_usage")
+    parser.add_argument("--out", default="runs/bench_policies", help="output directory")

@@ -1,0 +1,133 @@
+"""What a harness run is: its settings (`RunConfig`), the contenders (`Arm`, `ARMS`), the
+workload and the targets. No TensorFlow here, so commands can plan runs (and the
+simulator can mirror them) without importing it.
+
+Example:
+
+>>> parse_arms("bsp, lb-bsp")
+['bsp', 'lb-bsp']
+>>> RunConfig(target_loss=0.5).target_loss
+0.5
+"""
+
+import dataclasses
+
+import ksync
+from cluster_sim.report.results import EVAL_RELATIVE_GAP
+
+__all__ = ["RunConfig", "Arm", "ARMS", "parse_arms", "load_data", "targets"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Settings of a run that a scenario does not fix.
+
+    The run stops at the first of: validation loss at ``target_loss`` (validation
+    accuracy at ``target_accuracy`` when ``target_loss`` is None and the workload names
+    no target loss), ``max_pushes`` pushes, ``max_updates`` updates (None: no limit),
+    ``time_budget_s`` seconds of training. Evaluations are ``max(eval_min_gap_s,
+    eval_relative_gap * t)`` apart at training time ``t``. ``check_evaluator`` also
+    evaluates the final weights with ``model.evaluate`` on the cluster and records both
+    (``result["evaluator"]["check"]``), to show the numpy evaluation is Keras's.
+    """
+
+    speeds: tuple = (1.0, 1.0, 0.5, 0.25)
+    us_per_sample: float = 300.0
+    batch_size: int = 32
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    hidden: tuple = (64, 64)
+    max_pushes: int = 1200
+    max_updates: int | None = None
+    target_accuracy: float = 0.93
+    target_loss: float | None = None
+    time_budget_s: float = 120.0
+    eval_relative_gap: float = EVAL_RELATIVE_GAP
+    eval_min_gap_s: float = 0.25
+    allocate_every: int = 10
+    check_evaluator: bool = False
+    seed: int = 0
+
+    @classmethod
+    def from_scenario(cls, scenario, **overrides) -> "RunConfig":
+        """The run a `cluster_sim.scenarios.Scenario` describes (its speeds at t = 0);
+        ``overrides`` win, and a name that is no field raises TypeError."""
+        values = dict(speeds=tuple(scenario.speeds_at(0.0)),
+                      us_per_sample=scenario.us_per_sample, batch_size=scenario.batch_size,
+                      learning_rate=scenario.learning_rate, momentum=scenario.momentum,
+                      hidden=tuple(scenario.hidden), max_pushes=scenario.max_pushes,
+                      target_accuracy=scenario.target_accuracy,
+                      target_loss=getattr(scenario, "target_loss", None),
+                      time_budget_s=scenario.time_budget_s)
+        return cls(**dict(values, **overrides))
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One contender of a comparison: a policy spec for `ksync.parse` (e.g. "ksync:k=3")
+    and how batch sizes are set: None (equal), "static" (profile then fixed, Chao et
+    al.), "last" (last measured speeds), "forecast" (the shipped GRU forecaster) or
+    "deadline" (what each worker finishes by the fastest's time: Non-blocking SGD)."""
+
+    label: str
+    policy: str
+    allocation: str | None = None
+
+    def make_policy(self):
+        return ksync.parse(self.policy)
+
+
+#: What `python -m cluster_sim demo --arms all` compares.
+ARMS = {
+    "bsp": Arm("BSP", "bsp"),
+    "asp": Arm("ASP", "asp"),
+    "ssp": Arm("SSP(s=3)", "ssp:max_staleness=3"),
+    "ksync": Arm("KSync(k=3)", "ksync:k=3"),
+    "backup": Arm("Backup(b=1)", "backup:backups=1"),
+    "adaptive": Arm("Adaptive", "adaptive"),
+    "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
+    "chao": Arm("Chao static alloc", "bsp", allocation="static"),
+    "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),
+    "nbsgd": Arm("Non-blocking SGD", "bsp", allocation="deadline"),
+    "ashl": Arm("ASHL", "ashl:switch_after=40"),
+    "syncswitch": Arm("Sync-Switch", "syncswitch:switch_after=40"),
+}
+
+
+def parse_arms(text: str) -> list[str]:
+    """Names of `ARMS` from a comma-separated list, or every arm for ``"all"``; raises
+    ValueError naming the unknown ones and the choices.
+
+    >>> parse_arms("bsp, lb-bsp")
+    ['bsp', 'lb-bsp']
+    """
+    names = list(ARMS) if text.strip() == "all" else [a.strip() for a in text.split(",")]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown:
+        raise ValueError(f"unknown arms {unknown}; choose from {sorted(ARMS)} or 'all'")
+    return names
+
+
+def load_data(scenario):
+    """The scenario's workload (``scenario.data``), the same rows for every seed."""
+    from cluster_sim.workloads import load
+    return load(scenario.data, seed=0)
+
+
+def targets(config, data) -> dict:
+    """The run's targets, ``{"target_loss", "target_accuracy"}``: the config's when it
+    sets a target loss, else the workload's (``data.target``) when that has a loss, else
+    the config's accuracy alone. A target loss is what ends the run.
+
+    >>> targets(RunConfig(target_accuracy=0.9), None)
+    {'target_loss': None, 'target_accuracy': 0.9}
+    """
+    if config.target_loss is not None:
+        return {"target_loss": config.target_loss, "target_accuracy": config.target_accuracy}
+    own = getattr(data, "target", None) or {}
+    if own.get("loss") is not None:
+        return {"target_loss": float(own["loss"]),
+                "target_accuracy": own.get("accuracy", config.target_accuracy)}
+    return {"target_loss": None, "target_accuracy": config.target_accuracy}
+
+

@@ -1,0 +1,117 @@
+"""The policy benchmark's matrix: arms and grids, the oracle-tuned rows, the table's
+statistics, and the command end to end in the simulator on a tiny configuration."""
+
+import json
+import math
+
+import pytest
+
+from cluster_sim.cli.bench_policies import (FAMILIES, ORDER, bench_arms, bench_table,
+                                            check_arms, injected_us_per_sample,
+                                            oracle_choices, parse_families)
+
+
+def test_arms_parse_into_the_matrix_order_with_bsp_always_in():
+    assert parse_families("ringmaster,asp") == ["bsp", "asp", "ringmaster"]
+    assert parse_families("all") == list(ORDER)
+    with pytest.raises(ValueError, match=r"unknown arms \['kasnyc'\]; choose from"):
+        parse_families("bsp,kasnyc")
+
+
+def test_grids_scale_with_the_workers_and_skip_asp_and_bsp_duplicates():
+    labels = lambda family, n: [a.arm.label for a in bench_arms([family], n)]
+    assert labels("ksync", 8) == ["KSync(k=2)", "KSync(k=4)", "KSync(k=6)"]
+    assert labels("ksync", 4) == ["KSync(k=2)", "KSync(k=3)"]  # k = 1 is ASP, k = 4 BSP
+    assert labels("kasync", 64) == ["KAsync(k=16)", "KAsync(k=32)", "KAsync(k=48)"]
+    assert labels("rennala", 8) == ["Rennala(B=4)", "Rennala(B=8)", "Rennala(B=16)"]
+    assert labels("ringmaster", 8) == ["Ringmaster(R=4)", "Ringmaster(R=8)", "Ringmaster(R=16)"]
+    assert labels("backup", 8) == ["Backup(b=1)", "Backup(b=2)"]
+    # Every arm of the full matrix builds its policy, at every simulated size.
+    for n in (8, 64, 256):
+        check_arms(bench_arms(ORDER, n), n)
+    tuned = bench_arms(["bsp", "ssp", "ksync"], 8, tuned={"ssp": 4})
+    assert [a.arm.policy for a in tuned] == ["bsp", "ssp:max_staleness=4", "ksync:k=2",
+                                            "ksync:k=4", "ksync:k=6"]
+
+
+def test_a_bad_arm_is_named_before_any_run():
+    from cluster_sim.cli.bench_policies import BenchArm
+    from cluster_sim.harness.config import Arm
+    with pytest.raises(ValueError, match=r"arm KSync\(k=9\) \('ksync:k=9'\)"):
+        check_arms([BenchArm("ksync", Arm("KSync(k=9)", "ksync:k=9"), 9)], 8)
+
+
+def test_injected_compute_is_the_ratio_times_the_framework_cost():
+    # 40 ms framework cost, batch 32, fastest worker at speed 1: 4 x 40 ms = 160 ms a step.
+    us = injected_us_per_sample(0.04, 32, 1.0, ratio=4.0)
+    assert 32 * us * 1e-6 >= 4 * 0.04 and us == 5000.0
+    assert injected_us_per_sample(0.04, 32, 2.0) == 10000.0  # a faster fastest worker
+    assert injected_us_per_sample(0.001, 32, 1.0, at_least=300.0) == 300.0
+
+
+def runs(label, ttas, loss=0.5):
+    return [{"policy": label, "seed": s, "tta_s": t, "final_loss": loss,
+             "final_accuracy": 0.9, "version": 100, "dropped": 0} for s, t in enumerate(ttas)]
+
+
+def test_oracle_rows_pick_each_rules_best_grid_value_and_ratios_pair_by_seed():
+    arms = bench_arms(["bsp", "ksync"], 8)
+    results = (runs("BSP", [10.0, 20.0, 30.0]) + runs("KSync(k=2)", [9.0, 18.0, None]) +
+               runs("KSync(k=4)", [5.0, 10.0, 15.0]) + runs("KSync(k=6)", [None] * 3))
+    assert oracle_choices(results, arms) == {"ksync": "KSync(k=4)"}
+    text, data = bench_table(results, arms, title="static")
+    assert "| KSync oracle-tuned = KSync(k=4) | 10.0 [5.0, 15.0] | 3/3 | 0.50 [0.50, 0.50]" in text
+    rows = {r["arm"]: r for r in data["rows"]}
+    # Paired by seed: 9/10 and 18/20 are 0.9, the miss is infinite; the median is 0.9.
+    assert rows["KSync(k=2)"]["ratio"][0] == pytest.approx(0.9)
+    # Never reached where BSP did: an infinite ratio, said as "never".
+    assert rows["KSync(k=6)"]["ratio"][:3] == (math.inf,) * 3
+    assert "| KSync(k=6) | never [never, never] | 0/3 | never [never, never] |" in text
+    assert data["bsp_tta_cv"] == pytest.approx(0.5)
+    assert "BSP's TTA coefficient of variation: 50.0 %" in text
+    # All grid values missing: the lowest final loss decides.
+    tie = runs("BSP", [1.0]) + runs("KSync(k=2)", [None], 0.4) + runs("KSync(k=4)", [None], 0.3)
+    assert oracle_choices(tie, arms) == {"ksync": "KSync(k=4)"}
+
+
+TINY = """
+name = "tiny"
+workers = 4
+data = "digits"
+target_accuracy = 0.85
+max_pushes = 160
+us_per_sample = 300.0
+[slowdowns]
+speeds = [1.0, 1.0, 0.5, 0.25]
+"""
+
+
+def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsys):
+    from cluster_sim.__main__ import main
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--arms", "asp,ksync", "--seeds", "2", "--workers", "4",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "KSync oracle-tuned = KSync(k=" in printed
+    summary = json.loads((out / "results.json").read_text())
+    table = summary["scenarios"]["tiny.toml@4"] if "tiny.toml@4" in summary["scenarios"] \
+        else next(iter(summary["scenarios"].values()))
+    assert set(table["oracle"]) == {"ksync"}
+    assert [r["arm"] for r in table["rows"]][:4] == ["BSP", "ASP", "KSync(k=2)", "KSync(k=3)"]
+    assert all(r["seeds"] == 2 for r in table["rows"])
+    bench_md = (out / "bench.md").read_text()
+    assert "TTA/BSP paired [90% CI]" in bench_md and "oracle-tuned" in bench_md
+    # Every run is in a per-scenario report (the demo's), with curves and plots.
+    reports = [p for p in out.iterdir() if p.is_dir()]
+    assert len(reports) == 1 and (reports[0] / "accuracy.png").exists()
+    report = json.loads((reports[0] / "results.json").read_text())
+    seeds = [run for policy in report["policies"] for run in policy["per_seed"]]
+    assert len(seeds) == 2 * 4
+    for run in seeds:  # the simulator evaluates at most 1 % of the pushes so far apart
+        pushes = [p["pushes"] for p in run["curve"]]
+        assert pushes[0] == 0 and all(b - a <= max(4, 0.01 * b) + 1 for a, b in
+                                      zip(pushes, pushes[1:]))
+        assert run["max_eval_gap"] is None or math.isfinite(run["max_eval_gap"])
