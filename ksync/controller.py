@@ -9,6 +9,10 @@ caps K of a waiting rule at the workers that can push (a rule without waiting ne
 cap: one worker can fill a round alone), records every change with its reason and, with a
 batch allocation, calls the `AllocationSchedule` every ``allocate_every`` updates.
 
+The controller holds everything that belongs to one run (the rule history, the first and
+latest training losses, the observation window); the policy holds only its parameters, so
+one policy instance can drive several controllers.
+
 Pure Python: no TensorFlow.
 
 Example:
@@ -21,13 +25,16 @@ Example:
 >>> decision = controller.refresh(Measurement(version=4, live_workers=(0, 1)))
 >>> decision.rule.k, decision.changed, controller.explain()
 (2, True, 'K=2 sync, drop beyond staleness 0 since version 4: K capped at the 2 live worker(s)')
+>>> [(version, rule.k, why) for version, rule, why in controller.history]
+[(0, 3, 'initial rule'), (4, 2, 'K capped at the 2 live worker(s)')]
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
-from ksync.policies import Observation, Policy, stalled_workers
+from ksync.policies import Context, Observation, Policy, stalled_workers
 from ksync.rule import Rule
 
 
@@ -91,8 +98,12 @@ def staleness_quantile(hist, q: float) -> int | None:
 class RuleController:
     """The refresh protocol of one run: the policy, the rule that runs and the schedule.
 
+    ``history`` lists ``(version, rule, reason)`` for the initial rule and every change
+    (the policy's choices and the caps), and `explain` the current one; both belong to
+    this controller, not to the policy, which several controllers may share.
+
     Args:
-      policy: a `ksync.Policy`; its rule history records every change with the reason.
+      policy: a `ksync.Policy` (parameters only; see `ksync.policies`).
       num_workers: workers of the cluster.
       schedule: a `predictor.AllocationSchedule`, or None without batch allocation.
       allocate_every: updates between two calls of the schedule (the first one after
@@ -109,6 +120,10 @@ class RuleController:
         self.num_workers = num_workers
         self.policy_rule = policy.rule(num_workers)  # what the policy asks for
         self.rule = self.policy_rule                # what runs
+        #: (version, rule, reason) from the initial rule on; a rule differs from the last.
+        self.history = [(0, self.rule, "initial rule")]
+        # (version, loss) of the first and the latest finite loss at an observation.
+        self.first_loss = self.last_loss = None
         self.schedule = schedule
         self.allocate_every = allocate_every
         self.sizes = schedule.initial(num_workers) if schedule is not None else None
@@ -131,9 +146,7 @@ class RuleController:
         elif self.policy.refresh_every and (
                 now.version - self._observed.version >= self.policy.refresh_every
                 or now.stalled()):
-            proposed = self.policy.observe(self._observation(now))
-            if proposed is not None:
-                self.policy_rule = proposed
+            self._observe(now)
             self._observed = now
         live = tuple(now.live_workers)
         rule, cap = self.policy_rule, self._cap(self.policy_rule, live)
@@ -149,7 +162,7 @@ class RuleController:
         if changed:
             if rule == self.policy_rule:
                 reason = "policy rule restored with all its workers live"
-            self.policy.record(now.version, rule, reason)
+            self._record(now.version, rule, reason)
             self.rule = rule
         return Decision(rule, changed, self._maybe_allocate(now))
 
@@ -172,15 +185,51 @@ class RuleController:
         """
         return len(live) if rule.wait else 0
 
+    def context(self) -> Context:
+        """What this run remembers for its policy (see `ksync.policies.Context`)."""
+        return Context(num_workers=self.num_workers, rule=self.policy_rule,
+                       first_loss=self.first_loss, last_loss=self.last_loss)
+
     def explain(self) -> str:
-        return self.policy.explain()
+        """Why the current rule runs, in one line (and the policy's status, if any)."""
+        version, rule, reason = self.history[-1]
+        line = f"{rule.describe()} since version {version}: {reason}"
+        status = self.policy.status(self.context())
+        return f"{line}; {status}" if status else line
+
+    def _observe(self, now):
+        """Give the policy the window's observation; adopt what it proposes."""
+        observation = self._observation(now)
+        loss = observation.loss
+        if loss is not None and math.isfinite(loss):
+            self.last_loss = (observation.version, float(loss))
+            if self.first_loss is None:
+                self.first_loss = self.last_loss
+        proposal = self.policy.observe(observation, self.context())
+        if proposal is None:
+            return
+        if not (isinstance(proposal, tuple) and len(proposal) == 2
+                and isinstance(proposal[0], Rule)):
+            raise TypeError(f"{self.policy!r}.observe must return (rule, reason) or None, "
+                            f"got {proposal!r}; e.g. return ksync.Rule(k=2, wait=True), "
+                            f"\"why\".")
+        rule, reason = proposal
+        if rule != self.policy_rule:
+            self.policy_rule = rule
+            self._record(observation.version, rule, str(reason))
+
+    def _record(self, version, rule, reason):
+        """Note that ``rule`` runs from ``version`` on, and why."""
+        if self.history[-1][1] != rule:
+            self.history.append((version, rule, reason))
 
     def get_state(self) -> dict:
         """The decisions so far as plain JSON-able data (for checkpoints)."""
         state = {"policy_rule": dataclasses.asdict(self.policy_rule),
                  "rule": dataclasses.asdict(self.rule),
-                 "history": [[v, dataclasses.asdict(r), why]
-                             for v, r, why in self.policy.history]}
+                 "history": [[v, dataclasses.asdict(r), why] for v, r, why in self.history],
+                 "first_loss": None if self.first_loss is None else list(self.first_loss),
+                 "last_loss": None if self.last_loss is None else list(self.last_loss)}
         if self.schedule is not None:
             state["allocation"] = {"sizes": list(self.schedule.sizes),
                                    "history": self.schedule.history}
@@ -188,7 +237,10 @@ class RuleController:
 
     def set_state(self, state: dict) -> None:
         """Continue from `get_state`'s output (the PS copy of the rule is the caller's)."""
-        self.policy.history = [(v, Rule(**r), why) for v, r, why in state["history"]]
+        self.history = [(v, Rule(**r), why) for v, r, why in state["history"]]
+        # Checkpoints written before the controller kept the losses have none.
+        self.first_loss, self.last_loss = (None if state.get(key) is None else tuple(state[key])
+                                           for key in ("first_loss", "last_loss"))
         self.policy_rule = Rule(**state["policy_rule"])
         self.rule = Rule(**state["rule"])
         if self.schedule is not None:

@@ -1,16 +1,49 @@
 """Synchronisation policies: which `Rule` the parameter servers apply, and when it changes.
 
-Every policy answers `rule(num_workers)` (the rule to start with, validated against the
-cluster) and `observe(observation)` (a new rule, or None to keep the current one), and
-keeps a `history` of what it chose and why. Static policies never change their rule.
+A policy is a pure decider: its parameters are set in ``__init__`` and never change, so
+one instance can serve any number of strategies or simulations at once. It answers
 
-Example:
+- ``rule(num_workers) -> Rule``: the rule to start with, validated against the cluster;
+- ``observe(observation, context) -> (Rule, reason) | None``: a new rule and why, or
+  None to keep the current one, given what was measured (`Observation`) and what the
+  run remembers for it (`Context`: the workers, the policy's current rule, the first
+  and latest training losses);
+- ``status(context) -> str | None`` (optional): one line on what the policy is waiting
+  for or last computed, appended to the explanation.
+
+Everything that belongs to one run (the rule history with reasons, ``explain()``, the
+first loss seen) lives in `ksync.RuleController`, which calls the policy; the strategy
+and the simulator each own one controller. Static policies never change their rule.
+
+Example: one policy instance, two runs with their own decisions and histories.
 
 >>> import ksync
 >>> ksync.KSync(k=2).rule(num_workers=4).describe()
 'K=2 sync, drop beyond staleness 0'
->>> ksync.get("bsp").rule(num_workers=4).k
-4
+>>> policy = ksync.AdaSync(k0=1, refresh_every=10)
+>>> a = ksync.RuleController(policy, num_workers=4)
+>>> b = ksync.RuleController(policy, num_workers=4)
+>>> for version, loss in ((0, None), (10, 1.0), (20, 0.25)):
+...     _ = a.refresh(ksync.Measurement(version, live_workers=(0, 1, 2, 3), loss=loss))
+>>> a.rule.k, b.rule.k, len(a.history), len(b.history)
+(2, 1, 2, 1)
+
+A policy of one's own only decides; the controller records its reason:
+
+>>> class HalveAfter(ksync.Policy):
+...     name, refresh_every = "halve", 10
+...     def _rule(self, num_workers):
+...         return ksync.Rule(k=num_workers, wait=True, max_staleness=0)
+...     def observe(self, observation, context):
+...         if observation.version >= 50 and context.rule.k > 1:
+...             return (ksync.Rule(k=context.rule.k // 2, wait=True, max_staleness=0),
+...                     "halved after 50 updates")
+...         return None
+>>> c = ksync.RuleController(HalveAfter(), num_workers=4)
+>>> for version in (0, 50):
+...     _ = c.refresh(ksync.Measurement(version, live_workers=(0, 1, 2, 3)))
+>>> c.explain()
+'K=2 sync, drop beyond staleness 0 since version 50: halved after 50 updates'
 """
 
 import dataclasses
@@ -75,15 +108,36 @@ class Observation:
                      for w, t in enumerate(self.iteration_times))
 
 
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What one run remembers for its policy, given to `Policy.observe` and
+    `Policy.status` by the `ksync.RuleController` that owns it.
+
+    Args:
+      num_workers: workers of the cluster.
+      rule: the policy's current rule: its initial rule or the last it chose (before
+        the controller caps K at the live workers).
+      first_loss: ``(version, loss)`` of the first finite training loss an observation
+        carried, the current one included (None: no loss yet).
+      last_loss: ``(version, loss)`` of the latest such loss (None: no loss yet).
+    """
+
+    num_workers: int
+    rule: Rule
+    first_loss: tuple | None = None
+    last_loss: tuple | None = None
+
+
 class Policy:
-    """Base class. Subclasses set `name` and implement `_rule`."""
+    """Base class of the policies: parameters only (see the module docstring).
+
+    Subclasses set `name`, implement `_rule` and, to change the rule while training,
+    ``refresh_every`` and `observe`.
+    """
 
     name = "policy"
     #: updates between two calls of `observe` (0: never observed).
     refresh_every = 0
-
-    def __init__(self):
-        self.history = []  # (version, Rule, reason)
 
     def rule(self, num_workers: int) -> Rule:
         """The rule to start with on a cluster of `num_workers`; raises ValueError if unfit."""
@@ -97,31 +151,34 @@ class Policy:
             raise ValueError(
                 f"{self!r} needs K={rule.k} gradients per update but the cluster has only "
                 f"{num_workers} worker(s); use K <= {num_workers} or add workers.")
-        self.history = []
-        self.record(0, rule, "initial rule")
         return rule
 
     def _rule(self, num_workers: int) -> Rule:
         raise NotImplementedError
 
-    def observe(self, observation: Observation) -> Rule | None:
-        """A new rule given what was measured, or None to keep the current one."""
+    def observe(self, observation: Observation, context: Context) -> tuple | None:
+        """``(new rule, reason)`` given what was measured, or None to keep the current
+        rule (``context.rule``)."""
         return None
 
-    def record(self, version, rule, reason):
-        """Note that ``rule`` runs from ``version`` on, and why."""
-        if not self.history or self.history[-1][1] != rule:
-            self.history.append((version, rule, reason))
-
-    def explain(self) -> str:
-        """Why the current rule was chosen, in one line."""
-        if not self.history:
-            return f"{self!r}: no rule chosen yet"
-        version, rule, reason = self.history[-1]
-        return f"{rule.describe()} since version {version}: {reason}"
+    def status(self, context: Context) -> str | None:
+        """One line on what the policy waits for or last computed (None: nothing to
+        add), shown after the current rule's reason by `RuleController.explain`."""
+        return None
 
     def get_config(self) -> dict:
         return {}
+
+    def __getattr__(self, name):
+        # Policies kept a run's history before; name where it went instead of a bare
+        # AttributeError.
+        if name in ("history", "explain", "record"):
+            raise AttributeError(
+                f"{type(self).__name__} has no {name!r}: a policy only decides, and the "
+                f"run's controller keeps the history with reasons; use "
+                f"strategy.explain(), strategy.controller.history or, in the simulator, "
+                f"sim.controller.explain() / .history.")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
@@ -158,7 +215,6 @@ class SSP(Policy):
     name = "ssp"
 
     def __init__(self, max_staleness: int = 4, stale_action: str = "drop"):
-        super().__init__()
         if not isinstance(max_staleness, int) or max_staleness < 0:
             raise ValueError(f"SSP staleness bound must be an integer >= 0, got "
                              f"{max_staleness!r}; use ASP() for no bound.")
@@ -181,7 +237,6 @@ class KSync(Policy):
     name = "ksync"
 
     def __init__(self, k: int):
-        super().__init__()
         _check_int("K", k, 1)
         self.k = k
 
@@ -198,7 +253,6 @@ class KAsync(Policy):
     name = "kasync"
 
     def __init__(self, k: int, max_staleness: int | None = None):
-        super().__init__()
         _check_int("K", k, 1)
         self.k = k
         self.max_staleness = max_staleness
@@ -218,7 +272,6 @@ class BackupWorkers(Policy):
     name = "backup"
 
     def __init__(self, backups: int = 1):
-        super().__init__()
         _check_int("backups", backups, 0)
         self.backups = backups
 
@@ -237,10 +290,12 @@ class Adaptive(Policy):
 
     K is the number of live workers whose iteration time (recent mean, or the running
     step's time when a worker stalls) is within ``tolerance`` times the fastest's.
-    When that is every live worker the cluster is treated as homogeneous and runs BSP. Otherwise it runs K-async, so the slower workers keep
-    contributing, with staleness bounded at ``staleness_slack`` times the staleness the
-    slowest worker is expected to have at the measured speeds (gradients beyond it, e.g.
-    from a worker that was paused, are dropped). With many workers K is raised so that
+    When that is every live worker the cluster is treated as homogeneous and runs BSP
+    (K = all the workers; the controller caps it at the live ones while some are down).
+    Otherwise it runs K-async, so the slower workers keep contributing, with staleness
+    bounded at ``staleness_slack`` times the staleness the slowest worker is expected to
+    have at the measured speeds (gradients beyond it, e.g. from a worker that was
+    paused, are dropped). With many workers K is raised so that
     a typical gradient is at most about ``target_staleness`` updates stale: K-async with
     a small K over hundreds of workers makes every gradient hundreds of updates stale,
     and training with momentum diverges.
@@ -259,7 +314,6 @@ class Adaptive(Policy):
     def __init__(self, tolerance: float = 1.3, refresh_every: int = 20,
                  staleness_slack: float = 2.0, target_staleness: float = 2.0,
                  staleness_scaling: bool = True):
-        super().__init__()
         if not (isinstance(tolerance, (int, float)) and tolerance >= 1.0):
             raise ValueError(f"tolerance must be a number >= 1.0, got {tolerance!r}.")
         _check_int("refresh_every", refresh_every, 1)
@@ -275,13 +329,11 @@ class Adaptive(Policy):
             raise ValueError(f"staleness_scaling must be true or false, got "
                              f"{staleness_scaling!r}.")
         self.staleness_scaling = staleness_scaling
-        self._num_workers = None
 
     def _rule(self, num_workers):
-        self._num_workers = num_workers
         return Rule(k=num_workers, wait=True, max_staleness=0)
 
-    def observe(self, observation):
+    def observe(self, observation, context):
         now = observation.effective_times()
         live = [w for w in observation.live_workers
                 if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
@@ -291,7 +343,9 @@ class Adaptive(Policy):
         fastest = times[0]
         k = sum(1 for t in times if t <= self.tolerance * fastest)
         if k == len(observation.live_workers):
-            rule = Rule(k=k, wait=True, max_staleness=0)
+            # BSP over the whole cluster: while a worker is down the controller caps K
+            # at the live ones, and it comes back with the full K once the worker does.
+            rule = Rule(k=context.num_workers, wait=True, max_staleness=0)
             reason = (f"all {k} live workers within {self.tolerance:g}x of the fastest "
                       f"({fastest * 1e3:.1f} ms): BSP")
         else:
@@ -316,10 +370,9 @@ class Adaptive(Policy):
             if k > k_tolerance:
                 reason += (f"; K raised from {k_tolerance} to {k} so the median worker's "
                            f"gradients are about {self.target_staleness:g} updates stale")
-        if self.history and self.history[-1][1] == rule:
+        if rule == context.rule:
             return None
-        self.record(observation.version, rule, reason)
-        return rule
+        return rule, reason
 
     def get_config(self):
         return {"tolerance": self.tolerance, "refresh_every": self.refresh_every,
@@ -334,24 +387,21 @@ class _Staged(Policy):
     refresh_every = 5
 
     def __init__(self, switch_after: int):
-        super().__init__()
         _check_int("switch_after", switch_after, 0)
         self.switch_after = switch_after
-        self._second = None
 
     def _stages(self, num_workers):
         raise NotImplementedError
 
     def _rule(self, num_workers):
-        first, self._second = self._stages(num_workers)
-        return first if self.switch_after > 0 else self._second
+        first, second = self._stages(num_workers)
+        return first if self.switch_after > 0 else second
 
-    def observe(self, observation):
-        if observation.version < self.switch_after or self.history[-1][1] == self._second:
+    def observe(self, observation, context):
+        second = self._stages(context.num_workers)[1]
+        if observation.version < self.switch_after or context.rule == second:
             return None
-        self.record(observation.version, self._second,
-                    f"stage 2 after {self.switch_after} updates")
-        return self._second
+        return second, f"stage 2 after {self.switch_after} updates"
 
     def get_config(self):
         return {"switch_after": self.switch_after}
@@ -401,7 +451,6 @@ class Rennala(Policy):
     name = "rennala"
 
     def __init__(self, batch: int):
-        super().__init__()
         _check_int("Rennala batch (B, gradients per update)", batch, 1)
         self.batch = batch
 
@@ -442,7 +491,6 @@ class Ringmaster(Policy):
     name = "ringmaster"
 
     def __init__(self, max_delay: int):
-        super().__init__()
         _check_int("Ringmaster max_delay (R, the largest delay applied)", max_delay, 0)
         self.max_delay = max_delay
 
@@ -463,84 +511,79 @@ class AdaSync(Policy):
     K starts at ``k0`` and, every ``refresh_every`` updates, becomes
     ``min(workers, ceil(k0 * sqrt(F0 / F)))``, where F0 is the first loss reported and
     F the latest (the paper's rule K = ceil(sqrt(F(w0) / F(wt)) * K0), written from our
-    reading of it; its text was not at hand to re-check). Two choices of ours: F0 is the first *reported* loss (with
-    `strategies.callbacks.KSyncLossCallback` the first epoch's, not the loss at
-    initialisation), and K never goes down (a loss that ticks up from noise does not
-    undo a round size). The loss comes from ``Observation.loss``: on the strategy
-    `KSyncStrategy.report_loss` (the callback calls it), in the simulator its evaluated
-    loss. Without any reported loss K stays at ``k0``, and `explain` says so.
+    reading of it; its text was not at hand to re-check). Two choices of ours: F0 is
+    the first *reported* loss (with `strategies.callbacks.KSyncLossCallback` the first
+    epoch's, not the loss at initialisation), and K never goes down (a loss that ticks
+    up from noise does not undo a round size). The loss comes from ``Observation.loss``:
+    on the strategy `KSyncStrategy.report_loss` (the callback calls it), in the
+    simulator its evaluated loss. Without any reported loss K stays at ``k0``, and the
+    controller's `explain` says so.
 
-    Example:
+    Example (through the controller, which keeps F0 and the latest loss for the run):
 
     >>> import ksync
-    >>> policy = ksync.AdaSync(k0=1, refresh_every=10)
-    >>> policy.rule(num_workers=8).k
-    1
+    >>> controller = ksync.RuleController(ksync.AdaSync(k0=1, refresh_every=10), 8)
     >>> def at(version, loss):
-    ...     return policy.observe(ksync.Observation(version, (0.1,) * 8, tuple(range(8)),
-    ...                                             loss=loss))
-    >>> at(10, 2.0) is None                     # the first loss is F0: K stays 1
-    True
-    >>> at(20, 0.5).k                           # ceil(1 * sqrt(2.0 / 0.5)) = 2
+    ...     m = ksync.Measurement(version, live_workers=tuple(range(8)), loss=loss)
+    ...     return controller.refresh(m).rule.k
+    >>> at(0, None), at(10, 2.0)        # the first loss is F0: K stays 1
+    (1, 1)
+    >>> at(20, 0.5)                     # ceil(1 * sqrt(2.0 / 0.5)) = 2
     2
-    >>> at(30, 0.01).k                          # sqrt(200) > 8: capped at the 8 workers
+    >>> at(30, 0.01)                    # sqrt(200) > 8: capped at the 8 workers
     8
+    >>> controller.explain()  # doctest: +ELLIPSIS
+    'K=8 sync, drop beyond staleness 0 since version 30: loss fell from 2 to 0.01: ...'
     """
 
     name = "adasync"
 
     def __init__(self, k0: int = 1, refresh_every: int = 20):
-        super().__init__()
         _check_int("AdaSync k0 (the starting K)", k0, 1)
         _check_int("refresh_every", refresh_every, 1)
         self.k0 = k0
         self.refresh_every = refresh_every
-        self._num_workers = None
-        self._k = k0
-        self._initial_loss = None
-        self._status = None
 
     def _rule(self, num_workers):
-        self._num_workers = num_workers
-        self._k = self.k0
-        self._initial_loss = None
-        self._status = (f"AdaSync: no training loss reported yet, so K stays at K0={self.k0} "
-                        "(report it with strategy.report_loss(loss) or "
-                        "strategies.callbacks.KSyncLossCallback)")
         return Rule(k=self.k0, wait=True, max_staleness=0)
 
-    def observe(self, observation):
-        loss = observation.loss
-        if loss is None or not math.isfinite(loss):
-            return None
-        loss = float(loss)
-        if self._initial_loss is None:
-            self._initial_loss = loss
-            self._status = (f"AdaSync: initial loss F0={loss:.4g} at version "
-                            f"{observation.version}, K0={self.k0}")
-            return None
-        if self._initial_loss <= 0:
-            # A loss that starts at or below zero has no ratio to scale K by.
-            self._status = (f"AdaSync: initial loss F0={self._initial_loss:.4g} is not "
-                            f"positive, so K stays at {self._k}")
-            return None
-        ratio = self._initial_loss / loss if loss > 0 else math.inf
+    def _k(self, first_loss, loss, context):
+        """K for ``loss`` given F0 = ``first_loss``: never below the current K, never
+        above the workers; and the loss ratio it came from."""
+        ratio = first_loss / loss if loss > 0 else math.inf
         wanted = self.k0 * math.sqrt(ratio) if ratio > 1 else self.k0
-        k = min(self._num_workers, max(self._k, math.ceil(wanted - 1e-9)))
-        self._status = (f"AdaSync: loss {loss:.4g} from F0={self._initial_loss:.4g}: "
-                        f"ceil({self.k0} * sqrt({ratio:.3g})) capped at "
-                        f"{self._num_workers} workers, never lowered: K={k}")
-        if k == self._k:
-            return None
-        self._k = k
-        rule = Rule(k=k, wait=True, max_staleness=0)
-        self.record(observation.version, rule,
-                    f"loss fell from {self._initial_loss:.4g} to {loss:.4g}: "
-                    f"K = min({self._num_workers}, ceil({self.k0} * sqrt(F0 / F))) = {k}")
-        return rule
+        return min(context.num_workers, max(context.rule.k, math.ceil(wanted - 1e-9))), ratio
 
-    def explain(self):
-        return f"{super().explain()}; {self._status}" if self._status else super().explain()
+    def observe(self, observation, context):
+        loss = observation.loss
+        # The controller noted this loss in the context (as F0 if it is the first).
+        if loss is None or not math.isfinite(loss) or context.first_loss is None:
+            return None
+        first = context.first_loss[1]
+        if first <= 0:
+            return None  # a loss that starts at or below zero has no ratio to scale K by
+        k, _ = self._k(first, float(loss), context)
+        if k == context.rule.k:
+            return None
+        return (Rule(k=k, wait=True, max_staleness=0),
+                f"loss fell from {first:.4g} to {float(loss):.4g}: "
+                f"K = min({context.num_workers}, ceil({self.k0} * sqrt(F0 / F))) = {k}")
+
+    def status(self, context):
+        if context.first_loss is None:
+            return (f"AdaSync: no training loss reported yet, so K stays at K0={self.k0} "
+                    "(report it with strategy.report_loss(loss) or "
+                    "strategies.callbacks.KSyncLossCallback)")
+        (version0, first), (version, loss) = context.first_loss, context.last_loss
+        if first <= 0:
+            return (f"AdaSync: initial loss F0={first:.4g} is not positive, so K stays at "
+                    f"{context.rule.k}")
+        if version == version0:
+            return f"AdaSync: initial loss F0={first:.4g} at version {version0}, K0={self.k0}"
+        k, ratio = self._k(first, loss, context)
+        return (f"AdaSync: loss {loss:.4g} from F0={first:.4g}: ceil({self.k0} * "
+                f"sqrt({ratio:.3g})) capped at {context.num_workers} workers, never "
+                f"lowered: K={k}")
 
     def get_config(self):
         return {"k0": self.k0, "refresh_every": self.refresh_every}

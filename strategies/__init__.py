@@ -1,10 +1,10 @@
 """strategies: the `tf.distribute` strategy, its Keras callback and the TF_CONFIG tools.
 
-`KSyncStrategy` and `KSyncTelemetryCallback` are imported on first use, so the launcher
-and `strategies.tf_config` load without TensorFlow.
+`KSyncStrategy`, `KSyncTelemetryCallback` and `KSyncLossCallback` are imported on first
+use, so the launcher and `strategies.tf_config` load without TensorFlow.
 """
 
-__all__ = ["KSyncStrategy", "KSyncTelemetryCallback"]
+__all__ = ["KSyncStrategy", "KSyncTelemetryCallback", "KSyncLossCallback"]
 
 
 def __getattr__(name):
@@ -14,4 +14,7 @@ def __getattr__(name):
     if name == "KSyncTelemetryCallback":
         from strategies.callbacks import KSyncTelemetryCallback
         return KSyncTelemetryCallback
+    if name == "KSyncLossCallback":
+        from strategies.callbacks import KSyncLossCallback
+        return KSyncLossCallback
     raise AttributeError(f"module 'strategies' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """Keras callbacks of `KSyncStrategy`: telemetry into the training logs, and the training
-loss to the policy."""
+loss to the strategy's controller (for the policies that follow it)."""
 
 import tf_keras as keras
 import tensorflow as tf
@@ -67,8 +67,8 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
 
 
 class KSyncLossCallback(keras.callbacks.Callback):
-    """Report each epoch's training loss (``logs["loss"]``) to the strategy's policy,
-    through `KSyncStrategy.report_loss`, for policies that follow the loss
+    """Report each epoch's training loss (``logs["loss"]``) to the strategy, through
+    `KSyncStrategy.report_loss`, for the policies that follow the loss
     (`ksync.AdaSync` raises K as it falls).
 
     Under a parameter-server strategy tf_keras fetches the step results from the
@@ -85,7 +85,7 @@ class KSyncLossCallback(keras.callbacks.Callback):
     ...
     model.fit(ds, epochs=20, steps_per_epoch=100,
               callbacks=[KSyncLossCallback(strategy)])
-    strategy.policy.explain()   # "...: loss fell from 2.3 to 0.41: K = ... = 3"
+    strategy.explain()   # "...: loss fell from 2.3 to 0.41: K = ... = 3; AdaSync: ..."
     ```
     """
 

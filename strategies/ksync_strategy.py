@@ -121,8 +121,11 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         `tf.distribute.experimental.partitioners.MinSizePartitioner(max_shards=num_ps)`):
         variables are placed and sharded over the PS tasks exactly as it does.
       policy: a `ksync.Policy` or its name ("bsp", "asp", "ssp", "ksync", "kasync",
-        "backup", "adaptive"); default `ksync.Adaptive()`. Keyword only, like every
-        argument after the stock strategy's two.
+        "backup", "adaptive", "syncswitch", "ashl", "rennala", "ringmaster", "adasync");
+        default `ksync.Adaptive()`. Keyword only, like every argument after the stock
+        strategy's two. A policy holds only its parameters, so one instance may serve
+        several strategies; each strategy's `controller` keeps its own rule history
+        (`explain`, ``telemetry()["k_history"]``).
       batch_allocation: a `predictor.BatchAllocator` to give each worker its own batch
         size in proportion to its speed (the dataset_fn must then return unbatched
         examples; see `strategies.allocation`). None: the input's own batches.
@@ -278,7 +281,15 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
     # -- policy ---------------------------------------------------------------------------
     @property
     def policy(self) -> ksync.Policy:
+        """The policy this strategy was given (its parameters; the run's decisions are
+        in `controller`)."""
         return self.controller.policy
+
+    def explain(self) -> str:
+        """Why the current rule runs, in one line (`ksync.RuleController.explain`), e.g.
+        "K=2 async, drop beyond staleness 3 since version 40: 1 of 3 measured workers
+        slower than 1.3x the fastest (...)"."""
+        return self.controller.explain()
 
     @property
     def rule(self) -> ksync.Rule:
@@ -302,7 +313,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         return self._waits_in_graph
 
     def report_loss(self, value) -> None:
-        """Tell the policy the current training loss (policies that follow the loss,
+        """Tell the controller the current training loss (policies that follow the loss,
         such as `ksync.AdaSync`, read it at their next observation; the others ignore
         it). `strategies.callbacks.KSyncLossCallback` calls this with ``logs["loss"]``
         at each epoch's end of ``model.fit``; a custom `ClusterCoordinator` loop calls
@@ -411,8 +422,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         attempt that had already pushed its gradient counts in ``pushed`` (its gradient
         reached the PS once), so ``pushed - sum(steps) <= retried``."""
         busy, steps = self.coordinator.worker_busy()
-        telemetry = build_telemetry(self._state.counters(), self.policy, self.rule,
-                                    busy, steps, self.controller.schedule)
+        telemetry = build_telemetry(self._state.counters(), self.controller, busy, steps)
         telemetry["retried"] = self.coordinator.retried()
         return telemetry
 

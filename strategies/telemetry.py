@@ -3,9 +3,10 @@
 from ksync.controller import staleness_quantile
 
 
-def build_telemetry(counters: dict, policy, rule, busy_s=None, steps=None,
-                    schedule=None) -> dict:
-    """A plain dict: global counters, per-worker series, and the policy's rule history.
+def build_telemetry(counters: dict, controller, busy_s=None, steps=None) -> dict:
+    """A plain dict: global counters, per-worker series, and the run's rule history
+    (from its `ksync.RuleController`: the rule, why, and with batch allocation the
+    schedule's sizes and history).
 
     Per worker, ``step_time`` and ``samples_per_s`` come from the coordinator's wall
     time per step (input pipeline, compute and push: what a slowdown affects);
@@ -20,6 +21,7 @@ def build_telemetry(counters: dict, policy, rule, busy_s=None, steps=None,
     ```
     """
     c = counters
+    schedule = controller.schedule
     workers = []
     num_workers = len(c["worker_pushes"])
     busy_s = busy_s or [0.0] * num_workers
@@ -60,11 +62,11 @@ def build_telemetry(counters: dict, policy, rule, busy_s=None, steps=None,
         "staleness_p50": staleness_quantile(all_hist, 0.5),
         "staleness_p95": staleness_quantile(all_hist, 0.95),
         "workers": workers,
-        "policy": repr(policy),
-        "rule": rule.describe(),
-        "explanation": policy.explain(),
+        "policy": repr(controller.policy),
+        "rule": controller.rule.describe(),
+        "explanation": controller.explain(),
         "k_history": [{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
-                       "reason": why} for v, r, why in policy.history],
+                       "reason": why} for v, r, why in controller.history],
         "allocation": None if schedule is None else {
             "mode": schedule.mode, "sizes": list(schedule.sizes or []),
             "history": list(schedule.history)},

@@ -1,11 +1,13 @@
 """The control loop shared by the strategy and the simulator: pure Python, and one test
 that puts the real strategy and the simulator on the same speeds."""
 
+import json
+
 import numpy as np
 import pytest
 
 import ksync
-from ksync import Measurement, RuleController
+from ksync import Measurement, Rule, RuleController
 from predictor.allocator import BatchAllocator
 from predictor.schedule import AllocationSchedule
 
@@ -26,7 +28,7 @@ def test_k_follows_the_live_workers_and_comes_back_with_a_reason():
     decision = controller.refresh(measure(9))
     assert decision.changed and decision.rule.k == 3
     assert controller.explain().endswith("policy rule restored with all its workers live")
-    assert [v for v, _, _ in controller.policy.history] == [0, 5, 9]
+    assert [v for v, _, _ in controller.history] == [0, 5, 9]
 
 
 def test_k_drops_to_the_blocked_workers_only_when_they_are_all_that_can_push():
@@ -65,7 +67,7 @@ def test_the_measured_loss_reaches_the_policy():
     class Recording(ksync.ASP):
         refresh_every = 1
 
-        def observe(self, observation):
+        def observe(self, observation, context):
             seen.append(observation.loss)
 
     controller = RuleController(Recording(), 3)
@@ -81,7 +83,7 @@ def test_the_policy_sees_the_staleness_of_its_window_only():
     class Recording(ksync.ASP):
         refresh_every = 10
 
-        def observe(self, observation):
+        def observe(self, observation, context):
             seen.append(observation)
 
     controller = RuleController(Recording(), 3)
@@ -99,7 +101,94 @@ def test_a_stalled_worker_makes_the_policy_observe_before_its_time():
     controller.refresh(measure(0))
     decision = controller.refresh(measure(2, running=(None, None, 5.0)))
     assert decision.changed and (not decision.rule.wait or decision.rule.k < 3)
-    assert len(policy.history) == 2
+    assert len(controller.history) == 2
+
+
+def test_one_policy_instance_serves_two_controllers_independently():
+    """A policy holds parameters only: two runs sharing one instance each keep their own
+    history, losses and decisions, whatever the other saw."""
+    policy = ksync.AdaSync(k0=1, refresh_every=5)
+    a, b = RuleController(policy, 4), RuleController(policy, 4)
+    for controller in (a, b):
+        controller.refresh(Measurement(0, live_workers=(0, 1, 2, 3)))
+    a.refresh(Measurement(5, live_workers=(0, 1, 2, 3), loss=4.0))
+    b.refresh(Measurement(5, live_workers=(0, 1, 2, 3), loss=1.0))
+    assert a.refresh(Measurement(10, live_workers=(0, 1, 2, 3), loss=1.0)).rule.k == 2
+    assert b.refresh(Measurement(10, live_workers=(0, 1, 2, 3), loss=1.0)).rule.k == 1
+    assert [r.k for _, r, _ in a.history] == [1, 2] and [r.k for _, r, _ in b.history] == [1]
+    assert a.first_loss == (5, 4.0) and b.first_loss == (5, 1.0)
+    assert "from F0=4" in a.explain() and "from F0=1" in b.explain()
+    # A third run starts afresh: nothing of the first two carried over in the policy.
+    c = RuleController(policy, 4)
+    assert c.history == [(0, Rule(k=1, wait=True, max_staleness=0), "initial rule")]
+    assert "no training loss reported yet" in c.explain()
+
+    staged = ksync.SyncSwitch(switch_after=10)
+    early, late = RuleController(staged, 3), RuleController(staged, 3)
+    for controller in (early, late):
+        controller.refresh(measure(0))
+    assert early.refresh(measure(10)).rule == ksync.ASP().rule(3)
+    assert late.refresh(measure(5)).rule == ksync.BSP().rule(3)   # its own stage
+
+
+def test_a_policy_has_no_history_and_says_where_it_went():
+    with pytest.raises(AttributeError, match="controller keeps the history"):
+        ksync.BSP().history  # noqa: B018 (the attribute access is the test)
+    with pytest.raises(AttributeError, match="strategy.explain()"):
+        ksync.Adaptive().explain()
+
+
+def test_a_proposal_that_is_not_rule_and_reason_is_refused_clearly():
+    class Bare(ksync.ASP):
+        refresh_every = 1
+
+        def observe(self, observation, context):
+            return ksync.BSP().rule(context.num_workers)   # the rule alone, no reason
+
+    controller = RuleController(Bare(), 3)
+    controller.refresh(measure(0))
+    with pytest.raises(TypeError, match=r"must return \(rule, reason\) or None"):
+        controller.refresh(measure(1))
+
+
+def test_state_round_trip_restores_the_history_and_the_losses():
+    policy = ksync.AdaSync(k0=1, refresh_every=5)
+    controller = RuleController(policy, 4)
+    for version, live, loss in ((0, (0, 1, 2, 3), None), (5, (0, 1, 2, 3), 4.0),
+                                (10, (0, 1, 2, 3), 1.0), (12, (0,), None)):
+        controller.refresh(Measurement(version, live_workers=live, loss=loss))
+    state = json.loads(json.dumps(controller.get_state()))   # as a checkpoint holds it
+    restored = RuleController(policy, 4)
+    restored.set_state(state)
+    assert restored.history == controller.history and len(restored.history) == 3
+    assert (restored.rule, restored.policy_rule) == (controller.rule, controller.policy_rule)
+    assert restored.first_loss == (5, 4.0) and restored.explain() == controller.explain()
+    # It goes on from F0 = 4, not from the next loss.
+    restored.refresh(Measurement(13, live_workers=(0, 1, 2, 3)))
+    assert restored.refresh(Measurement(18, live_workers=(0, 1, 2, 3),
+                                        loss=0.25)).rule.k == 4
+    # A checkpoint from before the controller kept the losses restores without them.
+    del state["first_loss"], state["last_loss"]
+    older = RuleController(policy, 4)
+    older.set_state(state)
+    assert older.history == controller.history and older.first_loss is None
+
+
+def test_one_policy_instance_serves_two_simulations_independently():
+    from cluster_sim.sim import SimConfig, Simulation
+    policy = ksync.Adaptive(refresh_every=10)
+    config = dict(num_workers=4, max_pushes=200, eval_every=200, stop_at_target=False)
+    skewed = Simulation(policy, SimConfig(speeds=(1.0, 1.0, 1.0, 0.2), **config))
+    alike = Simulation(policy, SimConfig(speeds=(1.0, 1.0, 1.0, 1.0), **config))
+    skewed.run(), alike.run()
+    assert skewed.controller.history is not alike.controller.history
+    assert not skewed.rule.wait and len(skewed.controller.history) > 1
+    assert alike.rule == ksync.BSP().rule(4) and len(alike.controller.history) == 1
+    # The same run alone decides the same: the other sharing the policy changed nothing.
+    alone = Simulation(ksync.Adaptive(refresh_every=10),
+                       SimConfig(speeds=(1.0, 1.0, 1.0, 0.2), **config))
+    alone.run()
+    assert alone.controller.history == skewed.controller.history
 
 
 def test_allocation_windows_speeds_since_the_last_allocation():
@@ -139,7 +228,7 @@ def test_the_simulator_runs_the_products_controller_and_allocation_schedule():
     assert np.argmin(sim.controller.sizes) == 3  # the slow worker gets the least
     assert result["k_history"] == [
         {"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(), "reason": why}
-        for v, r, why in sim.policy.history]
+        for v, r, why in sim.controller.history]
 
 
 def test_strategy_and_simulator_decide_alike_on_the_same_speeds(cluster):
@@ -167,7 +256,7 @@ def test_strategy_and_simulator_decide_alike_on_the_same_speeds(cluster):
         num_workers=len(speeds), speeds=tuple(speeds), us_per_sample=us_per_sample,
         step_overhead_s=0.04, max_pushes=steps, eval_every=steps, stop_at_target=False))
     sim.run()
-    real, simulated = strategy.policy.history, sim.policy.history
+    real, simulated = strategy.controller.history, sim.controller.history
     assert len(real) > 1 and len(simulated) > 1, (real, simulated)
     (_, real_rule, real_why), (_, sim_rule, sim_why) = real[1], simulated[1]
     assert (real_rule.k, real_rule.wait) == (sim_rule.k, sim_rule.wait) == (2, False)
@@ -189,15 +278,16 @@ def test_adasync_on_the_strategy_follows_the_loss_fit_reports(cluster):
     with strategy.scope():
         model = compile_classifier(mlp(data.num_features, data.num_classes),
                                    keras.optimizers.SGD(0.1))
-    assert "no training loss reported yet" in strategy.policy.explain()
+    assert "no training loss reported yet" in strategy.explain()
     history = model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(32)),
                         epochs=4, steps_per_epoch=20, verbose=0,
                         callbacks=[KSyncLossCallback(strategy)])
     losses = history.history["loss"]
     assert losses[2] < losses[0], losses        # the premise: training lowers the loss
-    explained = strategy.policy.explain()
+    explained = strategy.explain()
     assert f"F0={losses[0]:.4g}" in explained, explained
     assert strategy.rule.k >= 2 and strategy.telemetry()["k"] == strategy.rule.k
-    assert any("loss fell from" in why for _, _, why in strategy.policy.history)
+    assert any("loss fell from" in why for _, _, why in strategy.controller.history)
+    assert strategy.telemetry()["explanation"] == explained
     with pytest.raises(TypeError, match="takes a number"):
         strategy.report_loss("low")

@@ -90,9 +90,21 @@ def test_bad_configuration_fails_with_a_clear_message(make, message):
         make()
 
 
-def observe(policy, times, version=20):
-    return policy.observe(Observation(version=version, iteration_times=tuple(times),
-                                      live_workers=tuple(range(len(times)))))
+def observe(policy, times, version=20, rule=None, running=None):
+    """The rule ``policy`` proposes (None: keep ``rule``, by default its initial one):
+    the policy alone, given its context as a controller would give it."""
+    n = len(times)
+    context = ksync.Context(num_workers=n, rule=rule or policy.rule(n))
+    proposal = policy.observe(Observation(version=version, iteration_times=tuple(times),
+                                          live_workers=tuple(range(n)),
+                                          running_times=running), context)
+    return None if proposal is None else proposal[0]
+
+
+def measure(version, times, running=None, loss=None):
+    return ksync.Measurement(version=version, live_workers=tuple(range(len(times))),
+                             iteration_times=tuple(times),
+                             running_times=tuple(running or ()), loss=loss)
 
 
 def test_adaptive_homogeneous_goes_to_bsp():
@@ -104,8 +116,9 @@ def test_adaptive_homogeneous_goes_to_bsp():
 
 def test_adaptive_persistent_straggler_goes_k_async_with_bounded_staleness():
     policy = ksync.Adaptive(tolerance=1.3)
-    policy.rule(4)
-    rule = observe(policy, [0.010, 0.010, 0.020, 0.040])
+    controller = ksync.RuleController(policy, 4)
+    controller.refresh(measure(0, [0.010] * 4))
+    rule = controller.refresh(measure(20, [0.010, 0.010, 0.020, 0.040])).rule
     # Two workers within 1.3x, but with K=2 the median worker would see 2.75 updates
     # while computing, over the target of 2: K=3.
     assert rule.k == 3 and not rule.wait and rule.max_staleness is not None
@@ -113,56 +126,59 @@ def test_adaptive_persistent_straggler_goes_k_async_with_bounded_staleness():
     assert rule.staleness_scaling and rule.weight(staleness=1) == 0.5
     # ...unless asked otherwise.
     plain = ksync.Adaptive(tolerance=1.3, staleness_scaling=False)
-    plain.rule(4)
     assert observe(plain, [0.010, 0.010, 0.020, 0.040]).weight(staleness=1) == 1.0
     # slowest takes 4x the fastest: at ~(1+1+0.5+0.25)/3 updates per fast step it sees
     # about 3.7 updates while computing; the bound leaves room for that.
     assert rule.max_staleness >= 4
-    assert "K-async" in policy.explain()
+    assert "K-async" in controller.explain()
     # the straggler recovers: back to BSP, and the history says why each time
-    back = observe(policy, [0.010, 0.010, 0.011, 0.010], version=40)
+    back = controller.refresh(measure(40, [0.010, 0.010, 0.011, 0.010])).rule
     assert back.k == 4 and back.wait
-    assert [v for v, _, _ in policy.history] == [0, 20, 40]
+    assert [v for v, _, _ in controller.history] == [0, 20, 40]
+    assert "within 1.3x of the fastest" in controller.explain()
 
 
 def test_adaptive_stops_waiting_for_a_stalled_worker_and_drops_its_late_gradient():
     policy = ksync.Adaptive(tolerance=1.3)
-    policy.rule(3)
     times = (0.010, 0.010, 0.010)
     running = (None, 0.005, 2.0)  # worker 2 has been in one step for 2 s: frozen
-    rule = policy.observe(ksync.Observation(version=20, iteration_times=times,
-                                            live_workers=(0, 1, 2), running_times=running))
+    rule = observe(policy, times, running=running)
     assert rule.k == 2 and not rule.wait
     # The bound follows the stalled worker's normal speed, so the gradient it finishes
     # 2 s later (about 200 updates stale) is dropped.
     assert rule.max_staleness <= 4
     assert rule.weight(staleness=200) == 0.0
     # It thaws and steps at its old speed again: BSP.
-    back = policy.observe(ksync.Observation(version=60, iteration_times=times,
-                                            live_workers=(0, 1, 2), running_times=running[:2]
-                                            + (None,)))
+    back = observe(policy, times, version=60, rule=rule, running=running[:2] + (None,))
     assert back == ksync.BSP().rule(3)
 
 
 def test_adaptive_sees_a_worker_frozen_in_its_first_step_but_not_one_slow_step():
     policy = ksync.Adaptive(tolerance=1.3)
-    policy.rule(3)
     usual = (0.010, 0.0115, 0.010)
     # A step 20% over its worker's usual time is noise, not a stall: still BSP.
-    assert policy.observe(ksync.Observation(version=20, iteration_times=usual,
-                                            live_workers=(0, 1, 2),
-                                            running_times=(None, 0.014, None))) is None
+    assert observe(policy, usual, running=(None, 0.014, None)) is None
     # Worker 2 has never finished a step and has been in its first for a second.
-    rule = policy.observe(ksync.Observation(version=40, iteration_times=(0.01, 0.01, None),
-                                            live_workers=(0, 1, 2),
-                                            running_times=(None, None, 1.0)))
+    rule = observe(policy, (0.01, 0.01, None), version=40, running=(None, None, 1.0))
     assert rule.k == 2 and not rule.wait
 
 
 def test_adaptive_ignores_workers_without_measurements():
-    policy = ksync.Adaptive()
-    policy.rule(3)
-    assert observe(policy, [None, None, None]) is None
+    assert observe(ksync.Adaptive(), [None, None, None]) is None
+
+
+def test_adaptive_bsp_is_over_the_cluster_so_a_returning_worker_gets_k_back():
+    """Three of four workers alive and alike: Adaptive chooses BSP over all four, which
+    the controller caps at the three; when the fourth comes back K is 4 at once."""
+    controller = ksync.RuleController(ksync.Adaptive(tolerance=1.3, refresh_every=10), 4)
+    controller.refresh(measure(0, [0.01] * 4))
+    slow = controller.refresh(measure(10, [0.01, 0.01, 0.01, 0.05])).rule
+    assert not slow.wait
+    down = ksync.Measurement(20, live_workers=(0, 1, 2), iteration_times=(0.01,) * 4)
+    assert controller.refresh(down).rule == Rule(k=3, wait=True, max_staleness=0)
+    assert controller.policy_rule.k == 4
+    back = controller.refresh(measure(21, [0.01] * 4))
+    assert back.changed and back.rule == ksync.BSP().rule(4)
 
 
 @pytest.mark.parametrize("policy, first, second", [
@@ -172,15 +188,15 @@ def test_staged_baselines_switch_once(policy, first, second):
     assert policy.rule(4) == first
     assert observe(policy, [0.01] * 4, version=10) is None
     assert observe(policy, [0.01] * 4, version=30) == second
-    assert observe(policy, [0.01] * 4, version=60) is None
+    assert observe(policy, [0.01] * 4, version=60, rule=second) is None
     assert ksync.get(policy.name, switch_after=5).rule(4) == first
 
 
 def test_adaptive_raises_k_with_many_workers_to_bound_typical_staleness():
-    policy = ksync.Adaptive(tolerance=1.3, target_staleness=4)
-    policy.rule(64)
+    controller = ksync.RuleController(ksync.Adaptive(tolerance=1.3, target_staleness=4), 64)
     times = [0.010 * (1 + i / 32) for i in range(64)]  # 1x to ~3x the fastest
-    rule = observe(policy, times)
+    controller.refresh(measure(0, times))
+    rule = controller.refresh(measure(20, times)).rule
     within = sum(t <= 1.3 * times[0] for t in times)
     assert not rule.wait and rule.k > within
     # A typical worker computing for its median time sees about median * sum(1/t) / K
@@ -188,7 +204,7 @@ def test_adaptive_raises_k_with_many_workers_to_bound_typical_staleness():
     median = sorted(times)[32]
     assert median * sum(1 / t for t in times) / rule.k <= 4.0
     assert median * sum(1 / t for t in times) / (rule.k - 1) > 4.0
-    assert f"K raised from {within} to {rule.k}" in policy.explain()
+    assert f"K raised from {within} to {rule.k}" in controller.explain()
     with pytest.raises(ValueError, match="target_staleness"):
         ksync.Adaptive(target_staleness=0.5)
 
@@ -244,34 +260,51 @@ def test_ringmaster_delay_boundary_exactly():
     assert not state.push(1, 11 - 4, 8).accepted        # delay 4 > R: ignored
 
 
-def adasync_observe(policy, version, loss, workers=8):
-    return policy.observe(Observation(version=version, iteration_times=(0.1,) * workers,
-                                      live_workers=tuple(range(workers)), loss=loss))
+def adasync_run(policy, losses, workers=8, every=10):
+    """A controller around ``policy`` given ``losses`` at one observation each; the K
+    after each (None: unchanged)."""
+    controller = ksync.RuleController(policy, workers)
+    controller.refresh(ksync.Measurement(0, live_workers=tuple(range(workers))))
+    ks = []
+    for version, loss in enumerate(losses, start=1):
+        decision = controller.refresh(ksync.Measurement(
+            version * every, live_workers=tuple(range(workers)), loss=loss))
+        ks.append(decision.rule.k if decision.changed else None)
+    return controller, ks
 
 
 def test_adasync_raises_k_as_the_loss_falls_capped_at_the_workers():
     policy = ksync.AdaSync(k0=2, refresh_every=10)
     assert policy.rule(8) == Rule(k=2, wait=True, max_staleness=0)
-    ks = []
-    for version, loss in enumerate([4.0, 3.0, 1.0, 0.9, 0.25, 0.3, 0.05, 0.001], start=1):
-        rule = adasync_observe(policy, version * 10, loss)
-        ks.append(rule.k if rule is not None else None)
+    controller, ks = adasync_run(policy, [4.0, 3.0, 1.0, 0.9, 0.25, 0.3, 0.05, 0.001])
     # F0 = 4: K = ceil(2 * sqrt(4 / F)): 3.0 -> 3, 1.0 -> 4, 0.9 -> 5, 0.25 -> 8,
     # 0.3 -> still 8 (never lowered), 0.05 -> 18 capped at 8.
     assert ks == [None, 3, 4, 5, 8, None, None, None]
-    assert "K = min(8, ceil(2 * sqrt(F0 / F))) = 8" in policy.explain()
-    assert [v for v, _, _ in policy.history] == [0, 20, 30, 40, 50]
+    assert "K = min(8, ceil(2 * sqrt(F0 / F))) = 8" in controller.explain()
+    assert "AdaSync: loss 0.001 from F0=4: ceil(2 * sqrt(4e+03))" in controller.explain()
+    assert [v for v, _, _ in controller.history] == [0, 20, 30, 40, 50]
+    assert controller.first_loss == (10, 4.0) and controller.last_loss == (80, 0.001)
+
+
+def test_adasync_alone_decides_from_the_context_it_is_given():
+    policy = ksync.AdaSync(k0=1)
+    context = ksync.Context(num_workers=8, rule=Rule(k=3, wait=True, max_staleness=0),
+                            first_loss=(10, 2.0), last_loss=(30, 0.125))
+    observation = Observation(30, (0.1,) * 8, tuple(range(8)), loss=0.125)
+    rule, reason = policy.observe(observation, context)   # ceil(sqrt(16)) = 4
+    assert rule.k == 4 and reason.startswith("loss fell from 2 to 0.125")
+    # never below the K it runs: a loss that rises again keeps K = 3
+    assert policy.observe(Observation(40, (0.1,) * 8, tuple(range(8)), loss=1.5),
+                          context) is None
+    assert policy.observe(Observation(40, (0.1,) * 8, tuple(range(8))), context) is None
 
 
 def test_adasync_without_a_loss_keeps_k0_and_says_so():
-    policy = ksync.AdaSync(k0=3)
-    policy.rule(4)
-    for version in (20, 40, 60):
-        assert adasync_observe(policy, version, None, workers=4) is None
-    assert adasync_observe(policy, 80, float("nan"), workers=4) is None
-    assert policy.history[-1][1].k == 3
-    assert "no training loss reported yet, so K stays at K0=3" in policy.explain()
-    assert "report_loss" in policy.explain()
+    controller, ks = adasync_run(ksync.AdaSync(k0=3), [None, None, None, float("nan")],
+                                 workers=4, every=20)
+    assert ks == [None] * 4 and controller.rule.k == 3 and controller.first_loss is None
+    assert "no training loss reported yet, so K stays at K0=3" in controller.explain()
+    assert "report_loss" in controller.explain()
 
 
 def test_adasync_through_the_controller_takes_the_measured_loss():
