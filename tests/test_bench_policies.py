@@ -115,3 +115,29 @@ def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsy
         assert pushes[0] == 0 and all(b - a <= max(4, 0.01 * b) + 1 for a, b in
                                       zip(pushes, pushes[1:]))
         assert run["max_eval_gap"] is None or math.isfinite(run["max_eval_gap"])
+
+
+def test_real_runs_get_the_simulator_beside_them(tmp_path):
+    """The calibration section of a real bench run: the same arms and seeds simulated
+    with the probed costs, side by side (here the "real" runs are simulated too, with
+    other costs, so the table must show the timing error those costs make)."""
+    import dataclasses
+
+    from cluster_sim.cli.bench_policies import _calibration, _sim_config, run_matrix
+    from cluster_sim.harness.config import RunConfig, load_data
+    from cluster_sim.scenarios import load_scenario
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    scenario = load_scenario(path)
+    run_config, data = RunConfig.from_scenario(scenario), load_data(scenario)
+    zero = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
+            "gate_latency_s": 0.0}
+    arms = bench_arms(["bsp"], 4)
+    slow = dict(zero, step_overhead_s=0.0096)  # 9.6 ms more per step
+    real = run_matrix(arms, scenario, 1, run_config, data=data, sim_config=dataclasses.replace(
+        _sim_config(slow, scenario, run_config, data, 4), stop_at_target=False))
+    text = _calibration(real, arms, scenario, run_config, zero, data, 1)
+    row = next(line.split() for line in text.splitlines() if line.startswith("BSP"))
+    # A BSP round waits for the quarter-speed worker: 38.4 ms of compute, 48 ms with the
+    # overhead, so without it the same update count comes 20 % sooner.
+    assert row[4] == "-20%", text

@@ -21,6 +21,10 @@ BSP runs of two lengths), then the injected compute per sample is set so the fas
 worker's injected step is at least ``--compute-ratio`` (4) times that cost; both and
 the ratio are printed and saved. The same costs are the simulator's overheads.
 
+Real runs are followed by the same arms and seeds in the simulator with the probed
+costs, side by side (`cluster_sim.cli.calibrate.error_table`): the calibration of the
+simulator against this benchmark.
+
 Writes ``OUT/results.json`` (costs, injected compute, every scenario's table rows and the
 oracle choices), ``OUT/bench.md`` (one table per scenario: median time to target with a
 90 % bootstrap interval over seeds, the ratio to BSP paired by seed with its interval,
@@ -352,7 +356,9 @@ def _probe_costs(cluster, scenario, repeats, log):
                                inject="delay")
     log(f"probing framework costs on {cluster.num_workers} workers (ASP and BSP, no "
         f"injected delay, {repeats} repeat(s))...")
-    return probe(cluster, run_arm, home, repeats=repeats, us_per_sample=0.0)
+    return _with_bar(4 * repeats, "probe", lambda bar: probe(
+        cluster, run_arm, home, repeats=repeats, us_per_sample=0.0,
+        progress=lambda: bar.update(1)))
 
 
 def _load_costs(path) -> dict:
@@ -389,6 +395,24 @@ def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log) -> dict:
              for name, label in choices.items()}
     log("tuned in the simulator: " + ", ".join(f"{k} -> {v}" for k, v in tuned.items()))
     return tuned
+
+
+def _calibration(real, arms, scenario, run_config, costs, data, seeds) -> str:
+    """The simulator beside the real runs: the same arms and seeds simulated with the
+    probed costs, as `cluster_sim.cli.calibrate.error_table` (real and simulated median
+    TTA, their error, and the timing error at the real run's update count)."""
+    from cluster_sim.cli.calibrate import error_table
+    config = dataclasses.replace(
+        _sim_config(costs, scenario, run_config, data, scenario.num_workers),
+        stop_at_target=False)  # on past the target: the time to each real run's version
+    simulated = run_matrix(arms, scenario, seeds, run_config, sim_config=config, data=data)
+    for run in simulated:  # the harness stops at the target: measure the same stretch
+        if run["tta_s"] is not None:
+            run["final_accuracy"] = next(c["accuracy"] for c in run["curve"]
+                                         if c["wall_s"] >= run["tta_s"])
+    return ("Calibration: real and simulated (probed costs) side by side; 'TTA err' "
+            "compares the medians, 't@v err' the time to the update count where each "
+            "real run reached the target.\n\n```\n" + error_table(real, simulated) + "\n```")
 
 
 def _estimate_s(arms, scenario, run_config, costs, data, seeds) -> float:
@@ -499,8 +523,14 @@ def run(args) -> int:
             text, data_ = _write(out, name, results, arms, scenario, meta,
                                  {"costs": costs, "us_per_sample": us, "tuned_in_sim": tuned},
                                  title)
-            sections.append(text + (f"\n\nGrid values tuned in the simulator: {tuned}"
-                                    if tuned else ""))
+            if tuned:
+                text += f"\n\nGrid values tuned in the simulator: {tuned}"
+            if not args.no_calibration:
+                calibration = _calibration(results, arms, scenario, run_config, costs, data,
+                                           args.seeds)
+                text += "\n\n" + calibration
+                (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
+            sections.append(text)
             summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=tuned)
             log("\n" + text + "\n")
     from cluster_sim.report.writer import json_safe
@@ -585,6 +615,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="updates per run at most (default: no limit)")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds of training per run at most (default: the scenario's)")
+    parser.add_argument("--no-calibration", action="store_true",
+                        help="real runs: skip simulating the same arms beside them")
     parser.add_argument("--traces", default=None, help="trace directory for trace scenarios")
     parser.add_argument("--machine-usage", default=None,
                         help="machine-usage CSV (or directory) for colocated_usage")
