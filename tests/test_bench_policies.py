@@ -141,3 +141,27 @@ def test_real_runs_get_the_simulator_beside_them(tmp_path):
     # A BSP round waits for the quarter-speed worker: 38.4 ms of compute, 48 ms with the
     # overhead, so without it the same update count comes 20 % sooner.
     assert row[4] == "-20%", text
+
+
+def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verdict(tmp_path):
+    from cluster_sim.cli.bench_policies import (_sim_config, _tune_in_sim, run_matrix,
+                                                table_and_verdict)
+    from cluster_sim.harness.config import RunConfig, load_data
+    from cluster_sim.scenarios import load_scenario
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    scenario = load_scenario(path)
+    run_config, data = RunConfig.from_scenario(scenario), load_data(scenario)
+    zero = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
+            "gate_latency_s": 0.0}
+    arms = bench_arms(["bsp", "ksync"], 4)
+    said = []
+    tuned = _tune_in_sim(arms, scenario, run_config, zero, data, 2, said.append)
+    results = run_matrix(arms, scenario, 2, run_config, data=data,
+                         sim_config=_sim_config(zero, scenario, run_config, data, 4))
+    assert tuned == {"ksync": int(oracle_choices(results, arms)["ksync"][8:-1])}
+    assert said == [f"tuned in the simulator: ksync -> {tuned['ksync']}"]
+    assert [a.arm.label for a in bench_arms(["bsp", "ksync"], 4, tuned)] == \
+        ["BSP", f"KSync(k={tuned['ksync']})"]
+    text = table_and_verdict(results, arms, title="tiny")
+    assert text.startswith("### tiny") and "reached the target fastest" in text

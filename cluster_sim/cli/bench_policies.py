@@ -41,8 +41,8 @@ python -m cluster_sim bench policies --simulate --workers 8,64,256 --seeds 10 \\
     --costs runs/bench/results.json --out runs/bench_sim
 ```
 
-From Python (the demo's short version): `run_matrix` with a few arms and limits, then
-`bench_table` for the Markdown table and `cluster_sim.report.verdict` for the verdict.
+From Python (the demo's short version): `run_matrix` with a few arms (`bench_arms`) and a
+short `RunConfig` on a `LocalCluster`, then `table_and_verdict`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from cluster_sim.report.results import median_tta
 from cluster_sim.report.tables import markdown_table_rows
 
 __all__ = ["FAMILIES", "BenchArm", "parse_families", "bench_arms", "oracle_choices",
-           "bench_table", "injected_us_per_sample", "run_matrix", "add_arguments", "run"]
+           "bench_table", "table_and_verdict", "injected_us_per_sample", "run_matrix", "add_arguments", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +265,15 @@ def bench_table(results, arms, title="") -> tuple[str, dict]:
     text = "\n".join(([f"### {title}", ""] if title else []) +
                      [markdown_table_rows(header, body), "", cv_text])
     return text, {"rows": rows, "oracle": oracle, "bsp_tta_cv": cv}
+
+
+def table_and_verdict(results, arms, title="") -> str:
+    """`bench_table`'s Markdown and the report's plain-language verdict under it
+    (`cluster_sim.report.verdict`): what a short version of the benchmark (the demo)
+    prints after `run_matrix`."""
+    from cluster_sim.report import summarise, verdict
+    text, _data = bench_table(results, arms, title)
+    return f"{text}\n\n{verdict(summarise(results))}"
 
 
 # ---- running the matrix -----------------------------------------------------------------
