@@ -126,7 +126,11 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                  "keras": {"loss": float(keras_logs["loss"]),
                            "accuracy": float(keras_logs["accuracy"])}}
     curve = evaluator.curve
-    sizes = [{"wall_s": p["wall_s"], "sizes": p.pop("sizes")} for p in curve if "sizes" in p]
+    sizes = []  # the batch sizes from each change on, as the simulator records them
+    for p in curve:
+        if "sizes" in p and (not sizes or sizes[-1]["sizes"] != p["sizes"]):
+            sizes.append({"wall_s": p["wall_s"], "sizes": p["sizes"]})
+        p.pop("sizes", None)
     result = _result(arm, seed, strategy.telemetry(), curve, goal, sizes, events.applied,
                      fit_errors)
     result["evaluator"] = dict(evaluator.costs(), check=check)
