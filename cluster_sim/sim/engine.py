@@ -376,10 +376,9 @@ class Simulation:
             self.tta = float(self.clock.now)
 
     def rule_history(self):
-        """``(version, rule, reason)`` of every rule of the run: the controller keeps
-        them (ksync before issue 18: the policy did)."""
-        history = getattr(self.controller, "history", None)
-        return history if history is not None else self.policy.history
+        """``(version, rule, reason)`` of every rule of the run, as the controller keeps
+        them."""
+        return self.controller.history
 
     def _done(self):
         c, s = self.config, self.state
