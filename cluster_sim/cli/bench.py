@@ -107,10 +107,10 @@ def allocation(args) -> int:
     if args.us_per_sample is not None:
         overrides["us_per_sample"] = args.us_per_sample
     config = RunConfig.from_scenario(scenario, **overrides)
-    if args.seeds < 1 or args.pushes < 20 * scenario.num_workers:
-        print(f"error: need --seeds >= 1 and --pushes >= {20 * scenario.num_workers} (ten "
-              "steps per worker in each half: the steady state is the second half)",
-              file=sys.stderr)
+    if args.seeds < 1 or args.pushes < 30 * scenario.num_workers:
+        print(f"error: need --seeds >= 1 and --pushes >= {30 * scenario.num_workers} "
+              "(fifteen steps per worker in each half: the steady state is the second "
+              "half)", file=sys.stderr)
         return 2
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
