@@ -142,11 +142,11 @@ def test_progress_bar_ends_full_at_the_target_and_names_a_miss():
         bar.point(point(360, 0.94))
         bar.finish({"tta_s": 4.2, "final_accuracy": 0.94})
         assert bar.bar.n == bar.bar.total == 360  # full, not 30 % of the budget
-        assert "reached target accuracy 0.93 in 4.2 s" in str(bar.bar)
+        assert "reached target 0.93 in 4.2 s" in str(bar.bar)
     with TargetBar("ASP s0", config) as bar:
         bar(1200, 0.9)
         bar.finish({"tta_s": None, "final_accuracy": 0.9})
-        assert "target accuracy 0.93 not reached (accuracy 0.900)" in str(bar.bar)
+        assert "target 0.93 not reached (accuracy 0.900)" in str(bar.bar)
     with TargetBar("ASP s1", config, target_loss=0.3) as bar:
         bar.point(point(100, 0.9))
         assert "loss 1.000" in str(bar.bar) and "target loss 0.3" in str(bar.bar)

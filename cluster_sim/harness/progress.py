@@ -28,8 +28,9 @@ class TargetBar:
     def __init__(self, label: str, config, target_loss=None):
         self.loss_target = config.target_loss if target_loss is None else target_loss
         self.target = config.target_accuracy
+        # "target 0.93" is an accuracy, as it always was; a loss target says so.
         self.what = (f"loss {self.loss_target:g}" if self.loss_target is not None
-                     else f"accuracy {self.target:g}")
+                     else f"{self.target:g}")
         self.bar = tqdm(total=config.max_pushes, desc=label, unit="push", file=sys.stderr)
         self.bar.set_postfix_str(f"target {self.what}: building the strategy and "
                                  "tracing the step")
