@@ -44,8 +44,7 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None,
                  progress=True) -> list[dict]:
     """Simulate every policy for seeds ``config.seed .. config.seed + seeds - 1``.
 
-    Each run gets a fresh policy object parsed from its spec (policies keep history)
-    and, as in the harness, the spec as its ``policy`` label.
+    Each run is labelled by its policy spec, as in the harness.
     """
     from cluster_sim.workloads import digits
     results = []

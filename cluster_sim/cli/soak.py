@@ -97,7 +97,7 @@ def run(args) -> int:
 
     from tqdm import tqdm
 
-    from cluster_sim.harness.run import Arm, run_arm
+    from cluster_sim.harness.run import Arm, RunConfig, run_arm
     from cluster_sim.local_cluster import LocalCluster
     from cluster_sim.netns import isolate_loopback
     from cluster_sim.scenarios import load_scenario, parse_scenario
@@ -127,8 +127,11 @@ def run(args) -> int:
                 def progress(pushes, accuracy):
                     bar.update(pushes - bar.n)
                     bar.set_postfix(accuracy=f"{accuracy:.3f}")
+                # A target loss below any loss: a workload's own target (teacher's)
+                # does not stop the soak either.
+                config = RunConfig.from_scenario(scenario, target_loss=float("-inf"))
                 results[label] = run_arm(cluster, arm, scenario, seed=args.seed,
-                                         progress=progress)
+                                         config=config, progress=progress)
 
         # The faulted run lasts its minutes; the undisturbed one makes as many pushes.
         train("faulted", soak, None)

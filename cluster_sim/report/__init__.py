@@ -1,7 +1,7 @@
 """One result schema and one report for the harness, the simulator and the calibration.
 
 * `cluster_sim.report.results`: `RunResult`, the fields every run result has, and the
-  time-to-target definition (`median_tta`);
+  time-to-target definition (`curve_tta`, `median_tta`);
 * `cluster_sim.report.tables`: the table formatter (`format_cell`, `text_table`,
   `markdown_rows`);
 * `cluster_sim.report.verdict`: the plain-language verdict under the table (`verdict`),
@@ -14,8 +14,8 @@
   a report from any results.json.
 """
 
-from cluster_sim.report.results import (SCHEMA_VERSION, TTA_DEFINITION, RunResult, median_of,
-                                        median_tta)
+from cluster_sim.report.results import (EVAL_RELATIVE_GAP, SCHEMA_VERSION, TTA_DEFINITION,
+                                        RunResult, curve_tta, median_of, median_tta)
 from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
 from cluster_sim.report.verdict import seed_noise, verdict
 from cluster_sim.report.writer import (COLUMNS, REQUIRED_KEYS, format_table, load_results, main,
@@ -23,6 +23,7 @@ from cluster_sim.report.writer import (COLUMNS, REQUIRED_KEYS, format_table, loa
                                        version_to_wall, write_report)
 
 __all__ = ["RunResult", "SCHEMA_VERSION", "TTA_DEFINITION", "median_tta", "median_of",
+           "curve_tta", "EVAL_RELATIVE_GAP",
            "format_cell", "text_table", "markdown_table_rows", "summarise", "write_report",
            "load_results", "main", "format_table", "markdown_table", "step_time_spread",
            "version_to_wall", "REQUIRED_KEYS", "COLUMNS", "verdict", "seed_noise"]

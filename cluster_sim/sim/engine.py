@@ -146,8 +146,8 @@ class Simulation:
     """Run ``policy`` (a `ksync.Policy` or name) on a simulated cluster.
 
     Args:
-      policy: the policy object; it is used as is (its ``rule`` and ``observe``), so
-        pass a fresh one per run.
+      policy: a `ksync.Policy` (parameters only: one instance may serve several runs;
+        this run's decisions are in ``self.controller.history``).
       config: `SimConfig`.
       data: a `cluster_sim.workloads.Dataset` (default: digits with the config's seed).
       batch_allocation, forecaster, allocation_mode, allocate_every: as for
