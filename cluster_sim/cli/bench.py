@@ -93,7 +93,7 @@ def overhead(args) -> int:
 def allocation(args) -> int:
     prepare_tensorflow()
     from cluster_sim.harness.run import ARMS, RunConfig, parse_arms, run_arm
-    from cluster_sim.report import format_cell, median_of, step_time_spread
+    from cluster_sim.report import format_cell, median_of, paired_ratio_ci, step_time_spread
     from cluster_sim.scenarios import load_scenario
 
     try:
@@ -137,15 +137,19 @@ def allocation(args) -> int:
                       f"(whole run {format_cell(row[3], '.2f')}), sizes {sizes}", flush=True)
                 gc.collect()
     print(f"\nsteady state (second half of each run), median of {args.seeds} seed(s):")
-    print(f"{'arm':>18}  spread  samples/s  vs equal  hw eff  whole-run eff  slow/others batch")
-    base = median_of([r[1] for r in rows[names[0]]])
+    print(f"{'arm':>18}  spread  samples/s  vs first (90% CI)   hw eff  whole-run eff  "
+          "slow/others batch")
+    base = [r[1] for r in rows[names[0]]]
     for name in names:
         med = [median_of([r[i] for r in rows[name]]) for i in range(5)]
-        vs = med[1] / base if med[1] is not None and base else None
+        # Arms are paired by seed: the ratio of each seed's samples/s, bootstrapped.
+        vs, low, high, _ = paired_ratio_ci([r[1] for r in rows[name]], base)
+        vs_text = f"{vs:.2f} [{low:.2f}, {high:.2f}]"
         print(f"{ARMS[name].label:>18}  {format_cell(med[0], '.2f'):>6}  {format_cell(med[1], '.0f'):>9}  "
-              f"{format_cell(vs, '.2f'):>8}  {format_cell(med[2], '.2f'):>6}  {format_cell(med[3], '.2f'):>13}  "
+              f"{vs_text:>17}  {format_cell(med[2], '.2f'):>6}  {format_cell(med[3], '.2f'):>13}  "
               f"{format_cell(med[4], '.2f'):>17}")
-    print(f"('vs equal': samples/s over the first arm's, {ARMS[names[0]].label})")
+    print(f"('vs first': median over seeds of samples/s over the first arm's "
+          f"({ARMS[names[0]].label}) in the same seed, 90 % bootstrap interval)")
     return 0
 
 

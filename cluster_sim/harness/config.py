@@ -88,6 +88,7 @@ ARMS = {
     "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
     "chao": Arm("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),
+    "bsp+forecast": Arm("BSP+alloc(forecast)", "bsp", allocation="forecast"),
     "nbsgd": Arm("Non-blocking SGD", "bsp", allocation="deadline"),
     "ashl": Arm("ASHL", "ashl:switch_after=40"),
     "syncswitch": Arm("Sync-Switch", "syncswitch:switch_after=40"),
