@@ -14,7 +14,7 @@ import ksync
 import predictor
 from cluster_sim.__main__ import main
 from cluster_sim.sim.engine import SimConfig, Simulation, simulate
-from cluster_sim.sim.model import MLP
+from cluster_sim.numpy_mlp import MLP
 from cluster_sim.scenarios import DEFAULT_TRACE_DIR
 from cluster_sim.sim.speeds import make_speed_model
 from cluster_sim.report import SCHEMA_VERSION, RunResult

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from cluster_sim import workloads
-from cluster_sim.sim.model import MLP
+from cluster_sim.numpy_mlp import MLP
 from cluster_sim.workloads import TEACHER_TARGET, TEACHER_TRAINING, WORKLOADS, load, teacher
 
 

@@ -4,7 +4,7 @@ Validating through ``fit``'s ``validation_data`` drains every worker at the end 
 epoch (a barrier that distorts asynchronous rules) and costs a cluster evaluate. Instead,
 `BackgroundEvaluator` is a thread on the chief that, while training continues, reads the
 model's dense weights from the parameter server, evaluates them in numpy on the whole
-validation set with the simulator's forward pass (`cluster_sim.sim.model.MLP`: one
+validation set with the simulator's forward pass (`cluster_sim.numpy_mlp.MLP`: one
 implementation of the network for both), and records a curve point ``{"wall_s",
 "pushes", "version", "loss", "accuracy", "workers", "read_s", "eval_s"}``. Points are at
 most ``relative_gap`` of the training time so far apart (and at least ``min_gap_s``), so
@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from cluster_sim.report.results import EVAL_RELATIVE_GAP
-from cluster_sim.sim.model import MLP
+from cluster_sim.numpy_mlp import MLP
 
 __all__ = ["BackgroundEvaluator", "dense_layers"]
 

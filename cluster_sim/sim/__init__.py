@@ -4,8 +4,9 @@
   `ksync.UpdateState`, real gradients in event order);
 * `cluster_sim.sim.speeds`: speed models (`SpeedModel`: how long a simulated step takes)
   and the network;
-* `cluster_sim.sim.model`: the numpy MLP whose gradients the simulation computes;
 * `cluster_sim.sim.clock`: the event queue.
+
+Its model is `cluster_sim.numpy_mlp.MLP` (a layer below: the harness evaluates with it too).
 
 Imports nothing of the real-cluster harness (`cluster_sim.harness`); results have the
 `cluster_sim.report.RunResult` shape, so one report renders both.

@@ -11,7 +11,7 @@ the latest validation loss, which the harness's evaluator reports too), and
 batch sizes come from the product's `predictor.AllocationSchedule` (profiling phase,
 modes, windowed speeds).
 
-Gradients are real (`cluster_sim.sim.model.MLP`), computed in event order from the
+Gradients are real (`cluster_sim.numpy_mlp.MLP`), computed in event order from the
 parameters each worker read. A worker's gradient depends only on the version it read and
 its batch, so the gradients of every worker that read the same version are computed
 together, lazily, just before that version is replaced (or when one is needed).
@@ -35,7 +35,7 @@ from ksync.controller import RuleController
 from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult, curve_tta
 from cluster_sim.sim.clock import EventClock
-from cluster_sim.sim.model import MLP
+from cluster_sim.numpy_mlp import MLP
 from cluster_sim.sim.speeds import Network, make_speed_model
 from ksync.policies import RECENT_STEPS
 

@@ -1,4 +1,5 @@
-"""The simulator's model: a numpy MLP whose per-worker gradients are computed in one call.
+"""The tf_keras MLP in numpy: the simulator trains it (per-worker gradients in one call)
+and the harness evaluates the real model's weights with it.
 
 The discrete-event simulator needs real gradients (so staleness costs what it really
 costs) for up to thousands of simulated workers in one process. Gradients of workers
