@@ -53,7 +53,7 @@ SAMPLE = Path(__file__).resolve().parent / "data" / "job_2_norm_sample.csv"
 def _missing(path: Path, what: str) -> FileNotFoundError:
     return FileNotFoundError(
         f"{what} not found at {path}; pass the directory that holds it (in the ksync "
-        f"checkout: /work/shared/traces/...), or try the vendored sample {SAMPLE}")
+        f"checkout's neighbours: ../shared/traces/...), or try the vendored sample {SAMPLE}")
 
 
 def machine_usage_speeds(path, grid_s: float = 300.0, min_coverage: float = 0.9):

@@ -1,4 +1,4 @@
-"""Allocation regret, regime-change traces, job folds and the regret CLI (no /work/shared)."""
+"""Allocation regret, regime-change traces, job folds and the regret CLI (no ../shared traces needed)."""
 
 import json
 import shutil

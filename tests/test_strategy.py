@@ -156,9 +156,8 @@ def test_rejects_a_non_resolver():
 
 
 def test_keras3_model_is_refused_with_tf_keras_hint(cluster):
-    keras3 = pytest.importorskip("keras")
-    if keras3.__version__.startswith("2."):
-        pytest.skip("installed 'keras' is Keras 2")
+    import keras as keras3  # TensorFlow 2.21 installs Keras 3 beside tf_keras
+    assert keras3.__version__.startswith("3."), keras3.__version__
     strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP())
     with pytest.raises(TypeError, match="tf_keras"):
         with strategy.scope():

@@ -33,7 +33,7 @@ __all__ = ["DEFAULT_MACHINE_USAGE_DIR", "MACHINE_USAGE_FILE", "usage_file", "mac
            "usage_schedules"]
 
 MACHINE_USAGE_FILE = "machine_usage_16machines.csv"
-# The shared traces beside the checkout (``/work/main`` -> ``/work/shared/traces``).
+# The shared traces beside the checkout (``<checkout>/..`` -> ``../shared/traces``).
 DEFAULT_MACHINE_USAGE_DIR = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "traces"
                              / "alibaba2018_machine_usage")
 
