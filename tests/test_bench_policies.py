@@ -86,6 +86,21 @@ speeds = [1.0, 1.0, 0.5, 0.25]
 """
 
 
+ZERO_COSTS = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
+              "gate_latency_s": 0.0}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """The TINY scenario, its run settings and its workload."""
+    from cluster_sim.harness.config import RunConfig, load_data
+    from cluster_sim.scenarios import load_scenario
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    scenario = load_scenario(path)
+    return scenario, RunConfig.from_scenario(scenario), load_data(scenario)
+
+
 def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsys):
     from cluster_sim.__main__ import main
     scenario = tmp_path / "tiny.toml"
@@ -117,21 +132,15 @@ def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsy
         assert run["max_eval_gap"] is None or math.isfinite(run["max_eval_gap"])
 
 
-def test_real_runs_get_the_simulator_beside_them(tmp_path):
+def test_real_runs_get_the_simulator_beside_them(tiny):
     """The calibration section of a real bench run: the same arms and seeds simulated
     with the probed costs, side by side (here the "real" runs are simulated too, with
     other costs, so the table must show the timing error those costs make)."""
     import dataclasses
 
     from cluster_sim.cli.bench_policies import _calibration, _sim_config, run_matrix
-    from cluster_sim.harness.config import RunConfig, load_data
-    from cluster_sim.scenarios import load_scenario
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
-    scenario = load_scenario(path)
-    run_config, data = RunConfig.from_scenario(scenario), load_data(scenario)
-    zero = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
-            "gate_latency_s": 0.0}
+    scenario, run_config, data = tiny
+    zero = ZERO_COSTS
     arms = bench_arms(["bsp"], 4)
     slow = dict(zero, step_overhead_s=0.0096)  # 9.6 ms more per step
     real = run_matrix(arms, scenario, 1, run_config, data=data, sim_config=dataclasses.replace(
@@ -143,17 +152,11 @@ def test_real_runs_get_the_simulator_beside_them(tmp_path):
     assert row[4] == "-20%", text
 
 
-def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verdict(tmp_path):
+def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verdict(tiny):
     from cluster_sim.cli.bench_policies import (_sim_config, _tune_in_sim, run_matrix,
                                                 table_and_verdict)
-    from cluster_sim.harness.config import RunConfig, load_data
-    from cluster_sim.scenarios import load_scenario
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
-    scenario = load_scenario(path)
-    run_config, data = RunConfig.from_scenario(scenario), load_data(scenario)
-    zero = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
-            "gate_latency_s": 0.0}
+    scenario, run_config, data = tiny
+    zero = ZERO_COSTS
     arms = bench_arms(["bsp", "ksync"], 4)
     said = []
     tuned = _tune_in_sim(arms, scenario, run_config, zero, data, 2, said.append)
