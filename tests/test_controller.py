@@ -286,8 +286,11 @@ def test_adasync_on_the_strategy_follows_the_loss_fit_reports(cluster):
     assert losses[2] < losses[0], losses        # the premise: training lowers the loss
     explained = strategy.explain()
     assert f"F0={losses[0]:.4g}" in explained, explained
-    assert strategy.rule.k >= 2 and strategy.telemetry()["k"] == strategy.rule.k
-    assert any("loss fell from" in why for _, _, why in strategy.controller.history)
+    # The policy raised K; the rule in force at the end may be capped below it (at the end
+    # of the last epoch only the workers with steps left count), so judge the decision.
+    raised = [rule.k for _, rule, why in strategy.controller.history if "loss fell from" in why]
+    assert raised and max(raised) >= 2, strategy.controller.history
+    assert strategy.telemetry()["k"] == strategy.rule.k
     assert strategy.telemetry()["explanation"] == explained
     with pytest.raises(TypeError, match="takes a number"):
         strategy.report_loss("low")
