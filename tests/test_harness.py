@@ -100,9 +100,12 @@ def test_blackbox_duty_cycle_slows_the_worker_and_leaves_none_stopped(cluster):
 
 @pytest.mark.cluster
 def test_deadline_allocation_shrinks_the_slow_workers_batch(cluster):
-    result = run_arm(cluster, ARMS["nbsgd"], small_scenario())
+    # The injected compute dominates TensorFlow's per-step cost (a fast step is 48 ms of
+    # sleep), so the slow worker's measured speed is clearly lower also on a loaded
+    # machine; at 200 us/sample a CI run once measured one fast worker as slow as it.
+    result = run_arm(cluster, ARMS["nbsgd"], small_scenario(us_per_sample=1500.0))
     sizes = result["batch_sizes"][-1]["sizes"]
-    assert sizes[2] < sizes[0] and max(sizes) <= 32 and sum(sizes) < 32 * NUM_WORKERS, sizes
+    assert sizes[2] < min(sizes[:2]) and max(sizes) <= 32 and sum(sizes) < 32 * NUM_WORKERS, sizes
     assert result["dropped"] == 0
 
 
