@@ -113,11 +113,14 @@ class LocalCluster:
     def pid(self, job: str, index: int) -> int:
         return self._procs[(job, index)].pid
 
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) the cluster's server processes have used so far."""
+    def cpu_seconds(self, job: str | None = None) -> float:
+        """CPU time (user + system) the cluster's server processes (of ``job`` only, e.g.
+        "ps", if given) have used so far."""
         ticks = os.sysconf("SC_CLK_TCK")
         total = 0.0
-        for proc in self._procs.values():
+        for (task_job, _), proc in self._procs.items():
+            if job is not None and task_job != job:
+                continue
             try:
                 with open(f"/proc/{proc.pid}/stat") as f:
                     fields = f.read().rpartition(")")[2].split()

@@ -45,6 +45,7 @@ class _GatedClosureQueue:
         self.steps = [0] * num_workers
         self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(num_workers)]
         self.retried = 0  # closures put back after a worker failed while running them
+        self.reads = {"gate": 0, "refresh": 0}  # the chief's reads of the PS, by purpose
         self._started = {}  # worker -> (start time, closure) of the step it is running
         self._thread_tags = {}  # worker thread id -> worker index
         self._changed = threading.Condition()
@@ -52,7 +53,12 @@ class _GatedClosureQueue:
         self._since_refresh = 0
         self._live = None  # live workers when last seen
         self._snapshot_lock = threading.Lock()
-        self._snapshot = None  # (generation at read start, version, contributed, complete)
+        self._snapshot = None  # (generation at read start, pushes at read start, gate)
+        # Pushes of finished steps, counted where the step's function is known to push
+        # exactly once (`KSyncStrategy.pushes_per_call`); `None` once a step whose
+        # pushes are not known has finished since.
+        self._pushes = 0
+        self._last_push = [None] * num_workers  # self._pushes after each worker's push
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -88,6 +94,14 @@ class _GatedClosureQueue:
             self.busy_s[tag] += elapsed
             self.steps[tag] += 1
             self.recent[tag].append(elapsed)
+            pushes = self._strategy.pushes_per_call(started[1])
+            with self._snapshot_lock:
+                if pushes == 1 and self._pushes is not None:
+                    self._pushes += 1
+                    self._last_push[tag] = self._pushes
+                elif pushes != 0:
+                    self._pushes = None  # unknown from now on: every check reads
+                    self._last_push[tag] = None
 
     def running_workers(self):
         """Workers running a step now."""
@@ -122,7 +136,10 @@ class _GatedClosureQueue:
     def _refresh(self, live=None, wait=False, quiet=False):
         # An exception here would kill the coordinator's worker thread and hang training.
         try:
-            if self._strategy.refresh_rule(wait=wait) and live is not None:
+            refreshed = self._strategy.refresh_rule(wait=wait)
+            if refreshed:
+                self.reads["refresh"] += 1
+            if refreshed and live is not None:
                 self._live = live
         except Exception as e:  # pylint: disable=broad-except
             if not self._queue._should_process_closures:
@@ -143,7 +160,8 @@ class _GatedClosureQueue:
             self._changed.notify_all()
 
     def _gate_snapshot(self, seen):
-        """PS (version, contributed) read no earlier than step generation ``seen``.
+        """The PS's gate state (`PSUpdateState.gate_state`) read no earlier than step
+        generation ``seen``.
 
         Every push completes before its worker thread bumps the generation, so a read
         started at generation >= ``seen`` reflects every push this thread knows of;
@@ -152,34 +170,57 @@ class _GatedClosureQueue:
             if self._snapshot is None or self._snapshot[0] < seen:
                 with self._changed:
                     started = self._generation
-                version, contributed, complete = self._strategy.gate_state()
-                self._snapshot = (started, int(version), contributed.numpy(), bool(complete))
-            return self._snapshot[1:]
+                if self._pushes is None:
+                    # This read sees every push of the steps finished so far.
+                    self._pushes, self._last_push = 0, [None] * len(self._last_push)
+                pushes = self._pushes
+                gate = self._strategy.gate_state()
+                self.reads["gate"] += 1
+                self._snapshot = (started, pushes, gate)
+            return self._snapshot[2]
 
-    def _may_start(self, worker, seen):
+    def _surely_waits(self, worker) -> bool:
+        """Whether ``worker`` must wait, known without reading the PS: its last step
+        pushed one gradient after the last read, and the pushes since that read cannot
+        have filled the round it joined (pending + pushes since < K). Under BSP this
+        leaves one read per round instead of one per step. A gradient the PS dropped
+        (non-finite) makes the guess wrong until the next push or refresh reads."""
+        with self._snapshot_lock:
+            if self._snapshot is None or self._pushes is None:
+                return False
+            _, read_at, gate = self._snapshot
+            mine = self._last_push[worker]
+            if read_at is None or mine is None or mine <= read_at or gate["complete"]:
+                return False
+            return gate["pending"] + (self._pushes - read_at) < self._strategy.rule.k
+
+    def _may_start(self, worker, seen, read=False):
         queue = self._queue
         if not queue._should_process_closures or not queue._tagged_queue[worker].empty():
             return True  # stopping, or a per-worker resource closure (e.g. an iterator)
         if not self._strategy.rule.wait:
             return True
+        if not read and self._surely_waits(worker):
+            return False
         try:
-            version, contributed, complete = self._gate_snapshot(seen)
+            gate = self._gate_snapshot(seen)
         except Exception:  # pylint: disable=broad-except
             # PS unreachable: let the closure run, so TensorFlow's own failure handling
             # (retry, or report to the user) sees the error instead of a silent wait.
             return True
         # A worker waits only while the round it joined still needs others' gradients;
         # a round that became complete when K was lowered commits on the next push.
-        return int(contributed[worker]) != version or complete
+        return int(gate["contributed"][worker]) != gate["version"] or gate["complete"]
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
             self._thread_tags[threading.get_ident()] = tag
             self._step_finished()
+            notified = True
             while True:
                 with self._changed:
                     seen = self._generation
-                if self._may_start(tag, seen):
+                if self._may_start(tag, seen, read=not notified):
                     break
                 with self._changed:
                     # A step that finished during the check may have opened the gate.
@@ -187,7 +228,8 @@ class _GatedClosureQueue:
                                                       _RECHECK_S)
                 if not notified:
                     # Nothing finished for a while: a worker may have died, and K may
-                    # have to follow the live workers for the round to complete.
+                    # have to follow the live workers for the round to complete; the
+                    # next check reads the PS, whatever the counts guess.
                     self._refresh()
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
@@ -248,6 +290,12 @@ class KSyncCoordinator(cc.ClusterCoordinator):
         scheduled observation to see it."""
         usual, running = self.iteration_times()
         return any(running[w] >= _RECHECK_S for w in stalled_workers(usual, running))
+
+    def chief_reads(self) -> dict:
+        """Reads of the PS the chief made so far besides the steps, by purpose: "gate"
+        (whether a worker may start its next step) and "refresh" (the counters read to
+        refresh the rule)."""
+        return dict(self._cluster.closure_queue.reads)
 
     def retried(self) -> int:
         """Steps re-run on another worker because their worker failed mid-step."""

@@ -196,6 +196,10 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self._may_wait = rule.wait or not static
         # graph -> (worker, updates) of its last push whose round nothing waits for yet
         self._unwaited = weakref.WeakKeyDictionary()
+        # function graph -> pushes one call makes (None: not a fixed count); graphs
+        # traced through run() (those absent from _pushes_traced push nothing)
+        self._pushes_traced = weakref.WeakKeyDictionary()
+        self._traced_graphs = weakref.WeakSet()
         #: held while the rule changes; hold it to read or restore a consistent state.
         self.rule_lock = threading.Lock()
         self._waits_in_graph = False  # a traced step waits for its round in the graph
@@ -243,15 +247,17 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         # reads a parameter: the coordinator's gate acts only between functions.
         before = self._unwaited.pop(graph, None)
         before = [state.wait_turn(*before)] if before is not None else []
+        function_graph = _function_graph(graph)
+        self._traced_graphs.add(function_graph)
         marks = {}
 
         def timed_fn(*a, **kw):
             # The version is read before any parameter, in the replica's own thread, so
-            # the staleness charged to the gradient is never under-counted.
+            # the staleness charged to the gradient is never under-counted. It stays on
+            # the PS, where the push needs it: no round trip through the worker.
             with tf.control_dependencies(before):
                 marks["start"] = tf.timestamp()
-            with tf.control_dependencies([marks["start"]]):
-                marks["version"] = state.version
+                marks["version"] = state.read_version()
             with tf.control_dependencies([marks["version"]]):
                 return fn(*a, **kw)
 
@@ -264,6 +270,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             worker = _current_worker()
             pushed = state.push(updates, marks["version"], _batch_size(args, kwargs),
                                 elapsed, worker, direct=self._direct)
+            once = graph is function_graph and function_graph not in self._pushes_traced
+            self._pushes_traced[function_graph] = 1 if once else None
             if self._allocation is not None:
                 self._allocation.sync_local(worker)
             if self._may_wait:
@@ -410,10 +418,21 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         retrying the dead server); the strategy cannot train afterwards."""
         self.coordinator._cluster.stop()  # pylint: disable=protected-access
 
-    def gate_state(self):
-        """(version, contributed per worker, round complete) read from the PS: what the
-        coordinator's gate needs (`PSUpdateState.gate_state`)."""
+    def gate_state(self) -> dict:
+        """What the coordinator's gate needs, read from the PS
+        (`PSUpdateState.gate_state`)."""
         return self._state.gate_state()
+
+    def pushes_per_call(self, closure) -> int | None:
+        """Gradients one run of a scheduled closure pushes: 0 or 1 when its function
+        was traced here with no push or one push outside any loop or branch, else None
+        (not known: several steps per function, a nested tf.function, a plain Python
+        function)."""
+        function = getattr(closure, "_concrete_function", None)
+        if function is None:
+            return None
+        return self._pushes_traced.get(function.graph, 0 if function.graph in
+                                       self._traced_graphs else None)
 
     def telemetry(self) -> dict:
         """Counters, per-worker speed, staleness and batch size, the policy's rule over
@@ -458,6 +477,14 @@ def _batch_size(args, kwargs):
             return tf.cast(leaf.nrows() if isinstance(leaf, tf.RaggedTensor)
                            else tf.shape(leaf, out_type=tf.int64)[0], tf.float32)
     return tf.constant(1.0)  # no batched input: every push weighs the same
+
+
+def _function_graph(graph):
+    """The function graph ``graph`` belongs to (itself, or the one around the bodies of
+    its loops and branches)."""
+    while isinstance(graph, control_flow_v2_func_graphs.ControlFlowFuncGraph):
+        graph = graph.outer_graph
+    return graph
 
 
 def _inside_loop(graph) -> bool:

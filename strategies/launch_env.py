@@ -62,6 +62,27 @@ def quiet_tensorflow(verbose_flag: bool = False) -> None:
 
     absl.logging.set_verbosity(absl.logging.ERROR)
     tf.get_logger().setLevel("ERROR")
+    if not isinstance(sys.unraisablehook, _QuietTeardownHook):
+        sys.unraisablehook = _QuietTeardownHook(sys.unraisablehook)
+
+
+class _QuietTeardownHook:
+    """Drops one message that is never a problem of the run: TensorFlow's eager
+    executors wait for their pending remote operations when garbage-collected, and
+    when that happens after a run's servers have stopped (a finished `fit`'s
+    coordinator collected later, or at interpreter exit) the wait fails with
+    UnavailableError or CancelledError, printed as an "Exception ignored in
+    Executor.__del__" traceback. Everything else goes to the previous hook."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable):
+        where = getattr(unraisable.object, "__qualname__", "")
+        if where == "Executor.__del__" and unraisable.exc_type.__name__ in (
+                "UnavailableError", "CancelledError"):
+            return
+        self.previous(unraisable)
 
 
 @contextlib.contextmanager

@@ -189,3 +189,22 @@ def test_custom_loop_running_several_steps_per_function(cluster):
     assert t["dropped"] == 0 and t["staleness_histogram"][0] == t["pushed"]
 
 
+
+
+def test_bsp_gate_reads_the_ps_about_once_a_round_and_stays_exact(cluster):
+    """One step per scheduled function: the chief knows from the finished steps that a
+    worker's round cannot be full yet, so it reads the PS's gate about once a round
+    (3 steps here) instead of once a step, and BSP stays exact."""
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
+    with strategy.scope():
+        model = mlp(DATA.num_features, DATA.num_classes)
+        model.compile(keras.optimizers.SGD(0.05),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train = tf.data.Dataset.from_tensor_slices((DATA.x_train, DATA.y_train)).repeat().batch(32)
+    model.fit(train, epochs=2, steps_per_epoch=60, verbose=0,
+              validation_data=DATA.test_dataset(), validation_steps=1)
+    t = strategy.telemetry()
+    check_counters(t, 120)
+    assert t["dropped"] == 0 and t["staleness_histogram"][0] == 120
+    reads = strategy.coordinator.chief_reads()["gate"]
+    assert reads <= 0.7 * 120, reads  # the gate read once a step before this

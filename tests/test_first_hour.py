@@ -127,3 +127,23 @@ def test_simulate_bar_ends_as_reached_target(capsys):
     [result] = run_policies(["bsp"], SimConfig(), progress=True)
     assert result["tta_s"] is not None
     assert "reached target 0.93" in capsys.readouterr().err
+
+
+TEARDOWN = """
+from strategies.launch_env import quiet_tensorflow; quiet_tensorflow()
+import gc, tensorflow as tf
+class Executor:  # raises as TensorFlow's does once the servers of a run have stopped
+    def __del__(self):
+        raise tf.errors.UnavailableError(None, None, "Socket closed")
+class Other:
+    def __del__(self):
+        raise tf.errors.UnavailableError(None, None, "a real problem")
+Executor(); Other(); gc.collect(); print("done")
+"""
+
+
+def test_an_executor_torn_down_after_its_servers_prints_nothing_other_errors_do():
+    out = run(["-c", TEARDOWN], KSYNC_VERBOSE=None)
+    assert out.returncode == 0 and out.stdout == "done\n"
+    assert "Executor.__del__" not in out.stderr and "Socket closed" not in out.stderr
+    assert "Other.__del__" in out.stderr and "a real problem" in out.stderr

@@ -24,15 +24,24 @@ def prepare_tensorflow() -> None:
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
 
 
-def time_fit(cluster, model, creator, steps: int, warmup: int) -> tuple[float, float]:
-    """(steps/s, CPU ms per step of every cluster process and this one) of ``steps``
-    `fit` steps of ``model`` on ``creator``, after ``warmup`` untimed ones (they trace
-    the step). CPU time is the figure to compare: wall time on a shared machine swings."""
+def time_fit(cluster, model, creator, steps: int, warmup: int) -> tuple[float, dict]:
+    """(steps/s, CPU ms per step by process) of ``steps`` `fit` steps of ``model`` on
+    ``creator``, after ``warmup`` untimed ones (they trace the step). The CPU dict has
+    "chief" (this process: dispatch and the coordinator's threads), "worker" and "ps"
+    (all tasks of the job) and their "total". CPU time is the figure to compare: wall
+    time on a shared machine swings."""
     model.fit(creator, epochs=1, steps_per_epoch=warmup, verbose=0)
-    start, cpu_start = time.perf_counter(), cluster.cpu_seconds() + time.process_time()
+
+    def cpu():
+        return {"chief": time.process_time(), "worker": cluster.cpu_seconds("worker"),
+                "ps": cluster.cpu_seconds("ps")}
+
+    start, cpu_start = time.perf_counter(), cpu()
     model.fit(creator, epochs=1, steps_per_epoch=steps, verbose=0)
     rate = steps / (time.perf_counter() - start)
-    return rate, 1e3 * (cluster.cpu_seconds() + time.process_time() - cpu_start) / steps
+    cpu_ms = {role: 1e3 * (used - cpu_start[role]) / steps for role, used in cpu().items()}
+    cpu_ms["total"] = sum(cpu_ms.values())
+    return rate, cpu_ms
 
 
 def quiet_exit(code: int) -> None:

@@ -3,12 +3,8 @@
 ``policies``: every synchronisation rule, each fixed one tuned, on the 8-worker
 benchmark scenarios, real or simulated (`cluster_sim.cli.bench_policies`).
 
-``overhead``: on a homogeneous local cluster (1 PS, 3 workers, no injected delay), the
-steps/s of `KSyncStrategy` with ASP and with Adaptive beside the stock
-`ParameterServerStrategy`, interleaved in one run on one cluster so load from anything
-else on the machine hits all of them alike; prints medians and ratios to stock, of
-steps/s and of CPU time per step (all cluster processes and the chief), which other
-load on the machine disturbs less than wall time.
+``overhead``: a step through ksync beside a stock step, per rule, and where its CPU goes
+(chief, workers, PS; the chief's reads of the PS) (`cluster_sim.cli.overhead`).
 
 ``allocation``: equal batches against per-worker batch allocation under one scenario's
 slowdowns (default ``slow3x``), arms interleaved seed by seed on one cluster, each run
@@ -24,70 +20,7 @@ import gc
 import statistics
 import sys
 
-from cluster_sim.cli import bench_policies, prepare_tensorflow, ps_scaling, time_fit
-
-
-def _steps_per_s(cluster, make_strategy, steps, warmup, data):
-    import tf_keras as keras
-
-    from cluster_sim.workloads import compile_classifier, mlp
-
-    strategy = make_strategy(cluster)
-    with strategy.scope():
-        model = compile_classifier(mlp(data.num_features, data.num_classes),
-                                   keras.optimizers.SGD(0.05))
-    creator = keras.utils.experimental.DatasetCreator(data.dataset_fn(32))
-    rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup)
-    del model, strategy
-    gc.collect()
-    return rate, cpu_ms
-
-
-def overhead(args) -> int:
-    prepare_tensorflow()
-    from cluster_sim.netns import isolate_loopback
-    isolate_loopback()
-    import tensorflow as tf
-
-    import ksync
-    from cluster_sim.local_cluster import LocalCluster
-    from cluster_sim.workloads import digits
-    from strategies import KSyncStrategy
-
-    configs = {
-        "stock": lambda c: tf.distribute.experimental.ParameterServerStrategy(c.resolver()),
-        "asp": lambda c: KSyncStrategy(c.resolver(), policy=ksync.ASP()),
-        "adaptive": lambda c: KSyncStrategy(c.resolver(), policy=ksync.Adaptive()),
-    }
-    names = [n for n in args.configs.split(",")]
-    unknown = set(names) - set(configs)
-    if unknown:
-        print(f"error: unknown configs {sorted(unknown)}; choose from {sorted(configs)}",
-              file=sys.stderr)
-        return 2
-    data = digits()
-    rates = {n: [] for n in names}
-    cpu = {n: [] for n in names}
-    with LocalCluster(num_workers=args.workers) as cluster:
-        for run in range(args.repeats):
-            for name in names:
-                rate, cpu_ms = _steps_per_s(cluster, configs[name], args.steps,
-                                            args.warmup, data)
-                rates[name].append(rate)
-                cpu[name].append(cpu_ms)
-                print(f"run {run + 1}/{args.repeats} {name:>9}: {rate:7.1f} steps/s, "
-                      f"{cpu_ms:5.2f} CPU ms/step", flush=True)
-    print(f"\n1 PS, {args.workers} workers, MLP 64-32-10, batch 32, {args.steps} steps per "
-          f"run, median of {args.repeats}:")
-    base = statistics.median(rates["stock"]) if "stock" in rates else None
-    base_cpu = statistics.median(cpu["stock"]) if "stock" in cpu else None
-    for name in names:
-        med, med_cpu = statistics.median(rates[name]), statistics.median(cpu[name])
-        ratio = (f"  steps/s ratio to stock {med / base:.3f}, CPU per step ratio "
-                 f"{med_cpu / base_cpu:.3f}") if base else ""
-        print(f"  {name:>9}: {med:7.1f} steps/s, {med_cpu:5.2f} CPU ms/step (cluster + "
-              f"chief){ratio}")
-    return 0
+from cluster_sim.cli import bench_policies, overhead, prepare_tensorflow, ps_scaling
 
 
 def allocation(args) -> int:
@@ -155,12 +88,9 @@ def allocation(args) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
-    p = sub.add_parser("overhead", help="KSyncStrategy against the stock strategy")
-    p.add_argument("--workers", type=int, default=3)
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--configs", default="stock,asp,adaptive")
+    overhead.add_arguments(sub.add_parser(
+        "overhead", help="a step through ksync beside a stock step, and where it goes",
+        description=overhead.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     p = sub.add_parser("allocation", help="equal batches against batch allocation")
     p.add_argument("--scenario", default="slow3x", help="built-in scenario or TOML file")
     p.add_argument("--traces", default=None, help="trace directory for --scenario trace")
@@ -178,5 +108,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    return {"overhead": overhead, "allocation": allocation, "ps-scaling": ps_scaling.run,
+    return {"overhead": overhead.run, "allocation": allocation, "ps-scaling": ps_scaling.run,
             "policies": bench_policies.run}[args.bench](args)

@@ -1,0 +1,148 @@
+"""``python -m cluster_sim bench overhead``: what a step through ksync costs beside a stock
+step, and where the cost goes.
+
+On a homogeneous local cluster (1 PS, 3 workers, no injected delay, the digits MLP at
+batch 32), every configuration trains the same `fit` steps, interleaved run by run on one
+cluster so that load from anything else on the machine hits all of them alike. For each
+it prints medians over the runs of:
+
+- steps/s and CPU time per step of every process (the cluster's and the chief's), with
+  their ratios to the stock `ParameterServerStrategy`; CPU time is the figure to judge
+  by: this 2-core machine swings 2x in wall time between runs, much less in CPU time;
+- the CPU per step split by process: the chief (Keras' dispatch of each step, the
+  coordinator's threads, the gate), the workers (input, forward and backward pass, the
+  push's client side) and the PS (the optimizer's update, ksync's critical section, the
+  reads the gate and allocation make);
+- the reads the chief makes of the PS beyond the steps: gate reads and rule refreshes
+  per step.
+
+Example::
+
+    python -m cluster_sim bench overhead --repeats 5
+    python -m cluster_sim bench overhead --configs stock,asp --steps 1000
+"""
+
+import gc
+import statistics
+import sys
+
+from cluster_sim.cli import prepare_tensorflow, time_fit
+
+#: configuration -> (policy name or None for the stock strategy, batch allocation)
+CONFIGS = {
+    "stock": (None, False),
+    "asp": ("asp", False),
+    "bsp": ("bsp", False),
+    "adaptive": ("adaptive", False),
+    "bsp+alloc": ("bsp", True),
+}
+ROLES = ("chief", "worker", "ps")
+
+
+def _measure(cluster, config, steps, warmup, data):
+    import tensorflow as tf
+    import tf_keras as keras
+
+    import ksync
+    from cluster_sim.workloads import compile_classifier, mlp
+    from predictor import BatchAllocator
+    from strategies import KSyncStrategy
+
+    policy, allocate = CONFIGS[config]
+    if policy is None:
+        strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.resolver())
+    else:
+        allocator = (BatchAllocator(global_batch=32 * cluster.num_workers, min_batch=8)
+                     if allocate else None)
+        strategy = KSyncStrategy(cluster.resolver(), policy=ksync.get(policy),
+                                 batch_allocation=allocator,
+                                 allocation_mode="last" if allocate else None)
+    with strategy.scope():
+        model = compile_classifier(mlp(data.num_features, data.num_classes),
+                                   keras.optimizers.SGD(0.05))
+    creator = keras.utils.experimental.DatasetCreator(
+        data.dataset_fn(None if allocate else 32))
+    before = _chief_reads(strategy)
+    rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup)
+    after = _chief_reads(strategy)
+    reads = {k: (after[k] - before[k]) / (steps + warmup) for k in after}
+    del model, strategy
+    gc.collect()
+    return rate, cpu_ms, reads
+
+
+def _chief_reads(strategy):
+    coordinator = getattr(strategy, "coordinator", None)
+    if coordinator is None or not hasattr(coordinator, "chief_reads"):
+        return {"gate": 0, "refresh": 0}
+    return coordinator.chief_reads()
+
+
+def run(args) -> int:
+    names = args.configs.split(",")
+    unknown = set(names) - set(CONFIGS)
+    if unknown or "stock" not in names or args.repeats < 1:
+        print(f"error: --configs takes names from {sorted(CONFIGS)}, stock among them "
+              f"(the baseline), got {args.configs!r}; --repeats must be >= 1",
+              file=sys.stderr)
+        return 2
+    prepare_tensorflow()
+    from cluster_sim.netns import isolate_loopback
+    isolate_loopback()
+    from cluster_sim.local_cluster import LocalCluster
+    from cluster_sim.report.stats import paired_ratio_ci
+    from cluster_sim.report.tables import text_table
+    from cluster_sim.workloads import digits
+
+    data = digits()
+    runs = {n: [] for n in names}
+    with LocalCluster(num_workers=args.workers) as cluster:
+        for repeat in range(args.repeats):
+            # The order rotates, so no configuration always runs first after a pause.
+            order = names[repeat % len(names):] + names[:repeat % len(names)]
+            for name in order:
+                rate, cpu_ms, reads = _measure(cluster, name, args.steps, args.warmup, data)
+                runs[name].append((rate, cpu_ms, reads))
+                print(f"run {repeat + 1}/{args.repeats} {name:>10}: {rate:7.1f} steps/s, "
+                      f"{cpu_ms['total']:5.2f} CPU ms/step (chief {cpu_ms['chief']:.2f}, "
+                      f"workers {cpu_ms['worker']:.2f}, ps {cpu_ms['ps']:.2f})", flush=True)
+
+    def med(name, pick):
+        return statistics.median(pick(r) for r in runs[name])
+
+    stock_rate = med("stock", lambda r: r[0])
+    stock_cpus = [r[1]["total"] for r in runs["stock"]]
+    rows = []
+    for name in names:
+        rate, cpu = med(name, lambda r: r[0]), med(name, lambda r: r[1]["total"])
+        # Paired by run: each run's ratio to the stock run beside it, bootstrapped.
+        ratio, low, high, _ = paired_ratio_ci([r[1]["total"] for r in runs[name]],
+                                              stock_cpus)
+        roles = [med(name, lambda r, role=role: r[1][role]) for role in ROLES]
+        stock_roles = [med("stock", lambda r, role=role: r[1][role]) for role in ROLES]
+        rows.append([name, f"{rate:.1f}", f"{rate / stock_rate:.2f}", f"{cpu:.2f}",
+                     f"{ratio:.3f} [{low:.2f}, {high:.2f}]"] +
+                    [f"{r:.2f} ({r - s:+.2f})" for r, s in zip(roles, stock_roles)] +
+                    [f"{med(name, lambda r: r[2]['gate']):.2f}",
+                     f"{med(name, lambda r: r[2]['refresh']):.3f}"])
+    print(f"\n1 PS, {args.workers} workers, digits MLP 64-32-10, batch 32 per worker, "
+          f"{args.steps} timed steps per run, median of {args.repeats} interleaved runs:")
+    print(text_table(["config", "steps/s", "vs stock", "CPU ms/step", "vs stock (90% CI)",
+                      "chief ms (vs stock)", "workers ms", "ps ms", "gate reads/step",
+                      "refreshes/step"], rows))
+    print("CPU ms are per step, summed over the job's processes; the chief's include "
+          "Keras' dispatch and the coordinator's threads. 'vs stock (90% CI)': median of "
+          "each run's CPU ratio to the stock run of the same repeat, bootstrap interval.")
+    return 0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--workers", type=int, default=3, help="worker tasks (default 3)")
+    parser.add_argument("--steps", type=int, default=600, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=30,
+                        help="untimed steps per run before the timed ones (they trace)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="interleaved runs per configuration (medians over them)")
+    parser.add_argument("--configs", default="stock,asp,bsp,adaptive",
+                        help=f"comma-separated, from {', '.join(CONFIGS)}; stock is the "
+                        "baseline")
