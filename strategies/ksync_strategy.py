@@ -196,10 +196,9 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self._may_wait = rule.wait or not static
         # graph -> (worker, updates) of its last push whose round nothing waits for yet
         self._unwaited = weakref.WeakKeyDictionary()
-        # function graph -> pushes one call makes (None: not a fixed count); graphs
-        # traced through run() (those absent from _pushes_traced push nothing)
+        # function graph traced through run() -> pushes one call makes (None: no
+        # fixed count)
         self._pushes_traced = weakref.WeakKeyDictionary()
-        self._traced_graphs = weakref.WeakSet()
         #: held while the rule changes; hold it to read or restore a consistent state.
         self.rule_lock = threading.Lock()
         self._waits_in_graph = False  # a traced step waits for its round in the graph
@@ -248,7 +247,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         before = self._unwaited.pop(graph, None)
         before = [state.wait_turn(*before)] if before is not None else []
         function_graph = _function_graph(graph)
-        self._traced_graphs.add(function_graph)
+        self._pushes_traced.setdefault(function_graph, 0)
         marks = {}
 
         def timed_fn(*a, **kw):
@@ -270,7 +269,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             worker = _current_worker()
             pushed = state.push(updates, marks["version"], _batch_size(args, kwargs),
                                 elapsed, worker, direct=self._direct)
-            once = graph is function_graph and function_graph not in self._pushes_traced
+            once = graph is function_graph and self._pushes_traced[function_graph] == 0
             self._pushes_traced[function_graph] = 1 if once else None
             if self._allocation is not None:
                 self._allocation.sync_local(worker)
@@ -431,8 +430,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         function = getattr(closure, "_concrete_function", None)
         if function is None:
             return None
-        return self._pushes_traced.get(function.graph, 0 if function.graph in
-                                       self._traced_graphs else None)
+        return self._pushes_traced.get(function.graph)
 
     def telemetry(self) -> dict:
         """Counters, per-worker speed, staleness and batch size, the policy's rule over
