@@ -2,8 +2,9 @@
 
 The allocation lives in a vector variable on the PS (one size per worker). Every step a
 worker copies its own entry into a per-worker variable on itself, and its input pipeline
-(`strategies.batching.dynamic_batches`) reads that local copy when it starts a batch, so
-sizes follow the allocation without the pipeline ever talking to the PS. The chief
+(`strategies.batching.dynamic_batches`) reads that local copy once per chunk of input, so
+sizes follow the allocation within a few batches without the pipeline ever talking to
+the PS. The chief
 updates the vector from a `predictor.schedule.AllocationSchedule`.
 
 Input contract: with batch allocation the ``dataset_fn`` given to

@@ -1,47 +1,68 @@
 """Batches whose size a variable sets at run time, inside a worker's input pipeline.
 
-`dynamic_batches` groups consecutive examples of an unbatched dataset into batches; each
-batch takes its size from ``size_variable`` when its first example arrives, so a size
-assigned while training runs applies from the next batch on. Examples are never dropped
-or repeated: concatenating the batches gives the input stream back in order.
+`dynamic_batches` groups consecutive examples of an unbatched dataset into batches whose
+size it reads from ``size_variable``, so a size assigned while training runs applies a
+few batches later. Examples are never dropped or repeated: concatenating the batches
+gives the input stream back in order, the last batch holding what is left at the end.
 
 Example:
 
 ```python
 size = tf.Variable(4, dtype=tf.int64)
-ds = dynamic_batches(tf.data.Dataset.range(10), size)   # [0..3], [4..7], ...
+ds = dynamic_batches(tf.data.Dataset.range(10), size)   # [0..3], [4..7], [8, 9]
 ```
 """
 
 import tensorflow as tf
 
-# Sizes travel inside the window key (key = batch id * _KEY_BASE + size) so that
-# group_by_window knows each batch's size without reading the variable a second time.
-_KEY_BASE = 1 << 20
+#: Examples taken from the input at a time. The pipeline does its work per chunk, not
+#: per example (a per-example `scan` cost ten times what `Dataset.batch` costs); the
+#: size is read once per chunk, so a new size applies within ``CHUNK`` examples.
+CHUNK = 32
 
 
-def dynamic_batches(dataset: tf.data.Dataset, size_variable) -> tf.data.Dataset:
-    """Batch ``dataset`` (single examples) with sizes read from ``size_variable``."""
-    zero = tf.constant(0, tf.int64)
+def dynamic_batches(dataset: tf.data.Dataset, size_variable,
+                    chunk: int = CHUNK) -> tf.data.Dataset:
+    """Batch ``dataset`` (single examples) with sizes read from ``size_variable``.
 
-    def assign_batch(state, example):
-        position, batch_id, size = state
-        size = tf.where(position == 0,
-                        tf.clip_by_value(tf.cast(size_variable.read_value(), tf.int64),
-                                         1, _KEY_BASE - 1),
-                        size)
-        position += 1
-        full = position >= size
-        next_state = (tf.where(full, zero, position), tf.where(full, batch_id + 1, batch_id),
-                      size)
-        return next_state, (batch_id * _KEY_BASE + size, example)
+    The input arrives in chunks of ``chunk`` examples (`Dataset.batch`); each chunk is
+    appended to what the previous batches left over, as many batches of the current
+    size as that holds leave as one ``[k, size, ...]`` element, and `unbatch` splits
+    them. A last element marked as the end flushes what is left as a shorter batch.
+    """
+    spec = dataset.element_spec
+    empty = tf.nest.map_structure(
+        lambda s: tf.zeros([0] + [d or 0 for d in s.shape.as_list()], s.dtype), spec)
+    marked = tf.data.Dataset.zip((dataset.batch(chunk),
+                                  tf.data.Dataset.from_tensors(False).repeat()))
+    marked = marked.concatenate(tf.data.Dataset.from_tensors((empty, True)))
 
-    keyed = dataset.scan((zero, zero, tf.constant(1, tf.int64)), assign_batch)
-    batched = keyed.group_by_window(
-        key_func=lambda key, _example: key,
-        reduce_func=lambda _key, window: window.batch(_KEY_BASE),
-        window_size_func=lambda key: key % _KEY_BASE)
-    return batched.map(lambda _key, batch: batch)
+    def split(left, item):
+        part, last = item
+        buffered = tf.nest.map_structure(_append, left, part)
+        count = _length(buffered)
+        size = tf.clip_by_value(tf.cast(size_variable.read_value(), tf.int64), 1, 1 << 40)
+        size = tf.where(last, tf.maximum(count, 1), size)
+        used = count // size * size
+        batches = tf.nest.map_structure(
+            lambda b: tf.reshape(b[:used], tf.concat(
+                [[count // size, size], tf.shape(b, out_type=tf.int64)[1:]], 0)),
+            buffered)
+        return tf.nest.map_structure(lambda b: b[used:], buffered), batches
+
+    return marked.scan(empty, split).unbatch()
+
+
+def _length(tensors) -> tf.Tensor:
+    return tf.shape(tf.nest.flatten(tensors)[0], out_type=tf.int64)[0]
+
+
+def _append(left, part):
+    # Skips the concatenation when either side is empty, so that an example dimension
+    # the spec leaves unknown (an empty placeholder has 0 there) never has to match.
+    return tf.cond(tf.shape(part)[0] == 0, lambda: left,
+                   lambda: tf.cond(tf.shape(left)[0] == 0, lambda: part,
+                                   lambda: tf.concat([left, part], 0)))
 
 
 def looks_batched(element_spec) -> bool:

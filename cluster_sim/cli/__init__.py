@@ -24,23 +24,29 @@ def prepare_tensorflow() -> None:
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
 
 
-def time_fit(cluster, model, creator, steps: int, warmup: int) -> tuple[float, dict]:
+def time_fit(cluster, model, creator, steps: int, warmup: int,
+             samples=None) -> tuple[float, dict]:
     """(steps/s, CPU ms per step by process) of ``steps`` `fit` steps of ``model`` on
     ``creator``, after ``warmup`` untimed ones (they trace the step). The CPU dict has
     "chief" (this process: dispatch and the coordinator's threads), "worker" and "ps"
     (all tasks of the job) and their "total". CPU time is the figure to compare: wall
-    time on a shared machine swings."""
+    time on a shared machine swings. ``samples``: a callable returning the examples
+    trained on so far, for steps whose batches differ in size; the dict then has
+    "samples_per_step" too."""
     model.fit(creator, epochs=1, steps_per_epoch=warmup, verbose=0)
 
     def cpu():
         return {"chief": time.process_time(), "worker": cluster.cpu_seconds("worker"),
                 "ps": cluster.cpu_seconds("ps")}
 
+    samples_start = samples() if samples else 0
     start, cpu_start = time.perf_counter(), cpu()
     model.fit(creator, epochs=1, steps_per_epoch=steps, verbose=0)
     rate = steps / (time.perf_counter() - start)
     cpu_ms = {role: 1e3 * (used - cpu_start[role]) / steps for role, used in cpu().items()}
     cpu_ms["total"] = sum(cpu_ms.values())
+    if samples:
+        cpu_ms["samples_per_step"] = (samples() - samples_start) / steps
     return rate, cpu_ms
 
 

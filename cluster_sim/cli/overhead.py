@@ -27,6 +27,8 @@ import statistics
 import sys
 
 from cluster_sim.cli import prepare_tensorflow, time_fit
+from cluster_sim.report.stats import paired_ratio_ci
+from cluster_sim.report.tables import text_table
 
 #: configuration -> (policy name or None for the stock strategy, batch allocation)
 CONFIGS = {
@@ -35,6 +37,7 @@ CONFIGS = {
     "bsp": ("bsp", False),
     "adaptive": ("adaptive", False),
     "bsp+alloc": ("bsp", True),
+    "asp+alloc": ("asp", True),
 }
 ROLES = ("chief", "worker", "ps")
 
@@ -63,12 +66,18 @@ def _measure(cluster, config, steps, warmup, data):
     creator = keras.utils.experimental.DatasetCreator(
         data.dataset_fn(None if allocate else 32))
     before = _chief_reads(strategy)
-    rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup)
+    rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup,
+                            samples=None if policy is None else lambda: _samples(strategy))
+    cpu_ms.setdefault("samples_per_step", 32)
     after = _chief_reads(strategy)
     reads = {k: (after[k] - before[k]) / (steps + warmup) for k in after}
     del model, strategy
     gc.collect()
     return rate, cpu_ms, reads
+
+
+def _samples(strategy):
+    return sum(worker["samples"] for worker in strategy.telemetry()["workers"])
 
 
 def _chief_reads(strategy):
@@ -90,8 +99,6 @@ def run(args) -> int:
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
     from cluster_sim.local_cluster import LocalCluster
-    from cluster_sim.report.stats import paired_ratio_ci
-    from cluster_sim.report.tables import text_table
     from cluster_sim.workloads import digits
 
     data = digits()
@@ -133,7 +140,35 @@ def run(args) -> int:
     print("CPU ms are per step, summed over the job's processes; the chief's include "
           "Keras' dispatch and the coordinator's threads. 'vs stock (90% CI)': median of "
           "each run's CPU ratio to the stock run of the same repeat, bootstrap interval.")
+    _print_allocation(runs)
     return 0
+
+
+def _print_allocation(runs) -> None:
+    """Each allocation arm against the same rule with equal batches, per sample: the
+    allocated sizes differ between workers, so a step is not a fixed amount of work."""
+    rows = []
+    for name in runs:
+        equal = name.removesuffix("+alloc")
+        if equal == name or equal not in runs:
+            continue
+        per_sample = {arm: [r[1]["total"] / r[1]["samples_per_step"] for r in runs[arm]]
+                      for arm in (name, equal)}
+        rates = {arm: [r[0] * r[1]["samples_per_step"] for r in runs[arm]]
+                 for arm in (name, equal)}
+        cpu, cpu_low, cpu_high, _ = paired_ratio_ci(per_sample[name], per_sample[equal])
+        rate, rate_low, rate_high, _ = paired_ratio_ci(rates[name], rates[equal])
+        rows.append([f"{name} / {equal}", f"{statistics.median(rates[name]):.0f}",
+                     f"{statistics.median(rates[equal]):.0f}",
+                     f"{rate:.3f} [{rate_low:.2f}, {rate_high:.2f}]",
+                     f"{1e3 * statistics.median(per_sample[name]):.0f}",
+                     f"{1e3 * statistics.median(per_sample[equal]):.0f}",
+                     f"{cpu:.3f} [{cpu_low:.2f}, {cpu_high:.2f}]"])
+    if rows:
+        print("\nBatch allocation against equal batches, same rule, homogeneous workers "
+              "(paired by repeat, 90% CI):")
+        print(text_table(["arms", "samples/s alloc", "equal", "ratio (90% CI)",
+                          "CPU us/sample alloc", "equal", "ratio (90% CI)"], rows))
 
 
 def add_arguments(parser) -> None:
