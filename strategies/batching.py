@@ -37,9 +37,10 @@ def dynamic_batches(dataset: tf.data.Dataset, size_variable,
                                   tf.data.Dataset.from_tensors(False).repeat()))
     marked = marked.concatenate(tf.data.Dataset.from_tensors((empty, True)))
 
+    @tf.autograph.experimental.do_not_convert
     def split(left, item):
         part, last = item
-        buffered = tf.nest.map_structure(_append, left, part)
+        buffered = tf.nest.map_structure(_append, left, part, spec)
         count = _length(buffered)
         size = tf.clip_by_value(tf.cast(size_variable.read_value(), tf.int64), 1, 1 << 40)
         size = tf.where(last, tf.maximum(count, 1), size)
@@ -57,7 +58,9 @@ def _length(tensors) -> tf.Tensor:
     return tf.shape(tf.nest.flatten(tensors)[0], out_type=tf.int64)[0]
 
 
-def _append(left, part):
+def _append(left, part, spec):
+    if spec.shape.is_fully_defined():
+        return tf.concat([left, part], 0)
     # Skips the concatenation when either side is empty, so that an example dimension
     # the spec leaves unknown (an empty placeholder has 0 there) never has to match.
     return tf.cond(tf.shape(part)[0] == 0, lambda: left,
