@@ -15,11 +15,15 @@ it prints medians over the runs of:
   reads the gate and allocation make);
 - the reads the chief makes of the PS beyond the steps: gate reads and rule refreshes
   per step.
+- with an allocation arm (``asp+alloc``, ``bsp+alloc``) and its rule among the
+  configurations: allocation against equal batches per sample (samples/s, CPU per
+  sample), paired by repeat: on identical workers that is allocation's pure cost.
 
 Example::
 
     python -m cluster_sim bench overhead --repeats 5
     python -m cluster_sim bench overhead --configs stock,asp --steps 1000
+    python -m cluster_sim bench overhead --configs stock,bsp,bsp+alloc --repeats 7
 """
 
 import gc
