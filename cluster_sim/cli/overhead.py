@@ -44,6 +44,8 @@ CONFIGS = {
     "asp+alloc": ("asp", True),
 }
 ROLES = ("chief", "worker", "ps")
+#: examples per worker step; with allocation, the mean of the allocated sizes
+BATCH = 32
 
 
 def _measure(cluster, config, steps, warmup, data):
@@ -59,7 +61,7 @@ def _measure(cluster, config, steps, warmup, data):
     if policy is None:
         strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.resolver())
     else:
-        allocator = (BatchAllocator(global_batch=32 * cluster.num_workers, min_batch=8)
+        allocator = (BatchAllocator(global_batch=BATCH * cluster.num_workers, min_batch=8)
                      if allocate else None)
         strategy = KSyncStrategy(cluster.resolver(), policy=ksync.get(policy),
                                  batch_allocation=allocator,
@@ -68,11 +70,11 @@ def _measure(cluster, config, steps, warmup, data):
         model = compile_classifier(mlp(data.num_features, data.num_classes),
                                    keras.optimizers.SGD(0.05))
     creator = keras.utils.experimental.DatasetCreator(
-        data.dataset_fn(None if allocate else 32))
+        data.dataset_fn(None if allocate else BATCH))
     before = _chief_reads(strategy)
     rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup,
                             samples=None if policy is None else lambda: _samples(strategy))
-    cpu_ms.setdefault("samples_per_step", 32)
+    cpu_ms.setdefault("samples_per_step", BATCH)
     after = _chief_reads(strategy)
     reads = {k: (after[k] - before[k]) / (steps + warmup) for k in after}
     del model, strategy
@@ -136,7 +138,7 @@ def run(args) -> int:
                     [f"{r:.2f} ({r - s:+.2f})" for r, s in zip(roles, stock_roles)] +
                     [f"{med(name, lambda r: r[2]['gate']):.2f}",
                      f"{med(name, lambda r: r[2]['refresh']):.3f}"])
-    print(f"\n1 PS, {args.workers} workers, digits MLP 64-32-10, batch 32 per worker, "
+    print(f"\n1 PS, {args.workers} workers, digits MLP 64-32-10, batch {BATCH} per worker, "
           f"{args.steps} timed steps per run, median of {args.repeats} interleaved runs:")
     print(text_table(["config", "steps/s", "vs stock", "CPU ms/step", "vs stock (90% CI)",
                       "chief ms (vs stock)", "workers ms", "ps ms", "gate reads/step",
