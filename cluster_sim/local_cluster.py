@@ -41,6 +41,16 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/``pid``/stat after the command name (state first); [] once
+    the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return []
+
+
 def wait_for_port(port: int, timeout_s: float, proc=None) -> None:
     """Until something listens on 127.0.0.1:``port`` (``proc``, the server, must not exit)."""
     deadline = time.monotonic() + timeout_s
@@ -121,13 +131,16 @@ class LocalCluster:
         for (task_job, _), proc in self._procs.items():
             if job is not None and task_job != job:
                 continue
-            try:
-                with open(f"/proc/{proc.pid}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
-            except FileNotFoundError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            fields = _proc_stat(proc.pid)
+            if fields:
+                total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
         return total
+
+    def stopped(self, job: str, index: int) -> bool:
+        """Whether the task's process is stopped by a signal (SIGSTOP) right now: a
+        signal sent from another process lands when the kernel says so, not when sent."""
+        fields = _proc_stat(self._procs[(job, index)].pid)
+        return bool(fields) and fields[0] == "T"
 
     def running(self, job: str, index: int) -> bool:
         """Whether the task's process is alive (paused counts as alive)."""

@@ -191,8 +191,11 @@ def freeze_script(cluster, marks, after_resume_pushes=60):
                 marks["frozen"] = (time.monotonic(), t)
             return False
         if not marks["signaller"].done():
-            # From 2 s on the stop has surely landed (the signaller starts in ~0.1 s).
-            if time.monotonic() - marks["frozen"][0] > 2.0:
+            # Counted from when the stop has landed (a loaded machine can take seconds to
+            # start the signaller), plus 1 s for a push already sent to reach the PS.
+            if "stopped" not in marks and cluster.stopped("worker", VICTIM):
+                marks["stopped"] = time.monotonic()
+            if "stopped" in marks and time.monotonic() - marks["stopped"] > 1.0:
                 marks.setdefault("early", t)
                 marks["late"] = t
             return False
@@ -207,6 +210,7 @@ def test_bsp_waits_for_a_frozen_worker_then_resumes(healthy):
     t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=240))
     marks["signaller"].finish()
     check_accounting(strategy, t)
+    assert "early" in marks, "the victim was never seen stopped while the signaller ran"
     assert t["dropped"] == 0 and t["retried"] == 0
     # BSP cannot commit a round without the frozen worker's gradient (the round in
     # progress completes if the worker had pushed to it before it froze).
@@ -232,6 +236,7 @@ def test_adaptive_keeps_training_while_a_worker_is_frozen(healthy):
         gc.enable()
     marks["signaller"].finish()
     check_accounting(strategy, t)
+    assert "early" in marks, "the victim was never seen stopped while the signaller ran"
     early, late = marks["early"], marks["late"]
     # The others went on as K-async without waiting for the frozen worker...
     assert late["version"] >= early["version"] + 100, (early["version"], late["version"])
