@@ -168,3 +168,37 @@ def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verd
         ["BSP", f"KSync(k={tuned['ksync']})"]
     text = table_and_verdict(results, arms, title="tiny")
     assert text.startswith("### tiny") and "reached the target fastest" in text
+
+
+def test_a_stopped_matrix_resumes_from_its_store_without_repeating_a_run(tiny, tmp_path):
+    """``--stop-after``/Ctrl-C and the same command again: finished runs come from the
+    store (here simulated runs; the real branch uses the same `run_matrix`), the rest
+    run, and a store made under other conditions is refused, not mixed in."""
+    import time
+
+    from cluster_sim.cli.bench_policies import _sim_config, run_matrix
+    from cluster_sim.cli.run_store import RunStore
+    scenario, run_config, data = tiny
+    arms = bench_arms(["bsp", "asp"], 4)
+    config = _sim_config(ZERO_COSTS, scenario, run_config, data, 4)
+    conditions = {"scenario": scenario.summary(), "us_per_sample": 300.0}
+    store = RunStore(tmp_path, conditions)
+    first = run_matrix(arms[:1], scenario, 2, run_config, data=data, sim_config=config,
+                       store=store)
+    assert len(first) == 2 and len(store) == 2
+    # A deadline already past: nothing new starts, the stored runs still come back.
+    again = RunStore(tmp_path, conditions)
+    seen = []
+    partial = run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config,
+                         store=again, deadline=time.monotonic() - 1.0, on_result=seen.append)
+    assert [(r["policy"], r["seed"]) for r in partial] == [("BSP", 0), ("BSP", 1)]
+    assert [r["sim_run_s"] for r in partial] == [r["sim_run_s"] for r in first]
+    assert len(seen) == 2
+    full = run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config,
+                      store=RunStore(tmp_path, conditions))
+    assert [(r["policy"], r["seed"]) for r in full] == [("BSP", 0), ("ASP", 0), ("BSP", 1),
+                                                        ("ASP", 1)]
+    assert full[0]["sim_run_s"] == first[0]["sim_run_s"] and len(RunStore(tmp_path, conditions)) == 4
+    with pytest.raises(ValueError, match="us_per_sample: 300.0 there, 600.0 now.*--fresh"):
+        RunStore(tmp_path, dict(conditions, us_per_sample=600.0))
+    assert len(RunStore(tmp_path, dict(conditions, us_per_sample=600.0), fresh=True)) == 0

@@ -302,15 +302,27 @@ def simulate_arm(arm: Arm, sim_config, data, run_config) -> dict:
 
 
 def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=None,
-               data=None, progress=None, on_result=None) -> list[dict]:
+               data=None, progress=None, on_result=None, store=None,
+               deadline=None) -> list[dict]:
     """Every arm for seeds ``0 .. seeds - 1``, interleaved seed by seed: on ``cluster``
     (real, `cluster_sim.harness.run.run_arm`) or, with ``sim_config``, simulated.
     ``progress(label, seed)`` returns a per-run progress callback (or None);
-    ``on_result(result)`` is called after each run (e.g. to save as it goes)."""
+    ``on_result(result)`` is called after each run. Runs ``store`` (a
+    `cluster_sim.cli.run_store.RunStore`) already holds are taken from it, and each new
+    one is added to it as it ends; no run starts after ``deadline`` (`time.monotonic`),
+    so the results may be fewer than ``len(arms) * seeds``."""
     data = data if data is not None else load_data(scenario)
     results = []
     for seed in range(seeds):
         for a in arms:
+            r = store.get(a.arm.label, seed) if store is not None else None
+            if r is not None:
+                results.append(r)
+                if on_result is not None:
+                    on_result(r)
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                continue
             if sim_config is not None:
                 r = simulate_arm(a.arm, dataclasses.replace(sim_config, seed=seed), data,
                                  run_config)
@@ -326,6 +338,8 @@ def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=No
                     if hasattr(callback, "__exit__"):
                         callback.__exit__(None, None, None)
             r["family"], r["grid_value"] = a.family, a.value
+            if store is not None:
+                store.add(r)
             results.append(r)
             if on_result is not None:
                 on_result(r)
@@ -424,12 +438,22 @@ def _calibration(real, arms, scenario, run_config, costs, data, seeds) -> str:
             "real run reached the target.\n\n```\n" + error_table(real, simulated) + "\n```")
 
 
-def _estimate_s(arms, scenario, run_config, costs, data, seeds) -> float:
-    """Seconds the real matrix should take: each arm's simulated training time (with the
-    probed costs) plus a fixed start-up per run, times seeds."""
+def _conditions(scenario, us_per_sample, run_config, costs) -> dict:
+    """What a real run's result depends on besides its arm and seed: a `RunStore`
+    resumes only runs made under the same."""
+    return {"scenario": scenario.summary(), "us_per_sample": us_per_sample,
+            "run_config": dataclasses.asdict(run_config),
+            "costs": {k: v for k, v in costs.items() if k not in ("raw", "injected")}}
+
+
+def _estimate_s(runs, scenario, run_config, costs, data) -> float:
+    """Seconds the real ``runs`` (bench arms, one entry per run) should take: each arm's
+    simulated training time (with the probed costs) plus a fixed start-up per run."""
+    arms = list({a.arm.label: a for a in runs}.values())
     config = _sim_config(costs, scenario, run_config, data, scenario.num_workers)
     sims = run_matrix(arms, scenario, 1, run_config, sim_config=config, data=data)
-    return seeds * sum(r["wall_s"] + 8.0 for r in sims)
+    wall = {r["policy"]: r["wall_s"] for r in sims}
+    return sum(wall[a.arm.label] + 8.0 for a in runs)
 
 
 def _write(out, scenario_key, results, arms, scenario, meta, extra, title):
@@ -504,37 +528,64 @@ def run(args) -> int:
     else:
         from cluster_sim.local_cluster import LocalCluster
         from cluster_sim.harness.progress import TargetBar
+        from cluster_sim.cli.run_store import RunStore, saved_conditions
+        deadline = (time.monotonic() + 60.0 * args.stop_after
+                    if args.stop_after is not None else None)
         for name, scenario in scenarios.items():
+            store_dir = out / f"{name.replace('/', '_')}_runs"
+            try:
+                before = None if args.fresh else saved_conditions(store_dir)
+            except ValueError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
             with LocalCluster(num_workers=scenario.num_workers) as cluster:
-                if costs is None:
+                if before is not None and args.costs == "probe":
+                    costs = dict(before["costs"])  # the costs its runs were made with
+                    log(f"resuming the runs in {store_dir} (with their framework costs)")
+                elif costs is None:
                     costs = _probe_costs(cluster, scenario, args.probe_repeats, log)
                 summary["costs"] = costs
                 us = _us_per_sample(scenario, costs, args, log)
                 scenario = load_bench_scenario(name, args, us)
                 run_config = _run_config(scenario, args)
                 data = load_data(scenario)
+                try:
+                    store = RunStore(store_dir, _conditions(scenario, us, run_config, costs),
+                                     fresh=args.fresh)
+                except ValueError as err:
+                    print(f"error: {err}", file=sys.stderr)
+                    return 2
                 tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers), scenario,
                                       run_config, costs, data, args.sim_seeds, log)
                          if args.grid_from_sim else None)
                 arms = bench_arms(families, scenario.num_workers, tuned)
-                estimate = _estimate_s(arms, scenario, run_config, costs, data, args.seeds)
-                log(f"{scenario.summary()}\n{len(arms)} arms x {args.seeds} seed(s); "
-                    f"estimated {estimate / 60:.0f} min (simulated with the probed costs)")
-                saved = []
+                todo = [a for s in range(args.seeds) for a in arms
+                        if store.get(a.arm.label, s) is None]
+                estimate = _estimate_s(todo, scenario, run_config, costs, data)
+                log(f"{scenario.summary()}\n{len(arms)} arms x {args.seeds} seed(s), "
+                    f"{len(arms) * args.seeds - len(todo)} run(s) already in {store_dir}; "
+                    f"the other {len(todo)} estimated {estimate / 60:.0f} min (simulated "
+                    "with the probed costs)")
                 results = run_matrix(
                     arms, scenario, args.seeds, run_config, cluster=cluster, data=data,
                     progress=lambda label, seed: TargetBar(f"{label:>18} s{seed}", run_config,
                                                            targets(run_config, data)["target_loss"]),
-                    on_result=saved.append)
+                    store=store, deadline=deadline)
                 import gc
                 gc.collect()  # free the strategies' functions while the servers answer
+            missing = len(arms) * args.seeds - len(results)
             title = f"{scenario.name}, real, {scenario.num_workers} workers"
             text, data_ = _write(out, name, results, arms, scenario, meta,
                                  {"costs": costs, "us_per_sample": us, "tuned_in_sim": tuned},
                                  title)
             if tuned:
                 text += f"\n\nGrid values tuned in the simulator: {tuned}"
-            if not args.no_calibration:
+            if missing:
+                text += (f"\n\nIncomplete: {missing} of {len(arms) * args.seeds} runs not "
+                         f"made yet (--stop-after); the same command resumes them from "
+                         f"{store_dir}.")
+                log(f"stopped with {missing} run(s) to go; run the same command to resume")
+            elif not args.no_calibration:
                 calibration = _calibration(results, arms, scenario, run_config, costs, data,
                                            args.seeds)
                 text += "\n\n" + calibration
@@ -624,6 +675,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="updates per run at most (default: no limit)")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds of training per run at most (default: the scenario's)")
+    parser.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
+                        help="real runs: start no run after this many minutes; finished "
+                             "runs are kept in OUT/SCENARIO_runs and the same command "
+                             "resumes the matrix (also after Ctrl-C)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="real runs: discard the runs an earlier command left in OUT")
     parser.add_argument("--no-calibration", action="store_true",
                         help="real runs: skip simulating the same arms beside them")
     parser.add_argument("--traces", default=None, help="trace directory for trace scenarios")
