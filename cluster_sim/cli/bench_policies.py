@@ -61,7 +61,8 @@ from cluster_sim.report.results import median_tta
 from cluster_sim.report.tables import markdown_table_rows
 
 __all__ = ["FAMILIES", "BenchArm", "parse_families", "bench_arms", "oracle_choices",
-           "bench_table", "table_and_verdict", "injected_us_per_sample", "run_matrix", "add_arguments", "run"]
+           "bench_table", "table_and_verdict", "injected_us_per_sample",
+           "framework_cost_in_runs", "run_matrix", "add_arguments", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +177,29 @@ def injected_us_per_sample(framework_step_s: float, batch_size: int, fastest_spe
     """
     us = ratio * framework_step_s * fastest_speed / batch_size * 1e6
     return max(float(at_least), math.ceil(us / 100.0) * 100.0)
+
+
+def framework_cost_in_runs(results, speeds, batch_size: int, us_per_sample: float):
+    """The framework's cost per step inside real runs: the fastest workers' (by
+    ``speeds``) mean step time minus their injected compute (``batch_size *
+    us_per_sample / speed``), median over runs; None without real step times. Beside
+    the probe's cost (measured with no injected delay, every core busy) this is what a
+    step costs while the workers mostly sleep, as in the benchmark itself.
+
+    >>> runs = [{"worker_step_times": [0.23, 0.46, 0.21]},
+    ...         {"worker_step_times": [0.22, 0.47, None]}]
+    >>> round(framework_cost_in_runs(runs, [1.0, 0.5, 1.0], 32, 6000), 4)   # 192 ms injected
+    0.028
+    """
+    fastest = max(speeds)
+    injected = batch_size * us_per_sample * 1e-6 / fastest
+    per_run = []
+    for run in results:
+        extra = [t - injected for t, v in zip(run.get("worker_step_times") or (), speeds)
+                 if v == fastest and t is not None]
+        if extra:
+            per_run.append(statistics.median(extra))
+    return statistics.median(per_run) if per_run else None
 
 
 # ---- the table --------------------------------------------------------------------------
@@ -578,6 +602,14 @@ def run(args) -> int:
             text, data_ = _write(out, name, results, arms, scenario, meta,
                                  {"costs": costs, "us_per_sample": us, "tuned_in_sim": tuned},
                                  title)
+            in_runs = framework_cost_in_runs(results, scenario.speeds_at(0.0),
+                                             scenario.batch_size, us)
+            if in_runs:
+                injected = scenario.batch_size * us * 1e-6 / max(scenario.speeds_at(0.0))
+                text += (f"\n\nFramework cost per step inside these runs (the fastest "
+                         f"workers' step time minus their injected compute, speeds at "
+                         f"t=0): {1e3 * in_runs:.1f} ms; the injected "
+                         f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
             if tuned:
                 text += f"\n\nGrid values tuned in the simulator: {tuned}"
             if missing:
