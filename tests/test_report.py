@@ -225,10 +225,10 @@ def test_report_defines_every_column_and_ends_the_table_with_a_verdict(tmp_path)
         assert defined in report.COLUMNS, column
     for column in ("idle", "step spread", "stale p50", "hw eff"):
         assert f"- `{column}`: " in text
-    # 5.5 s against 11 s; each policy's seeds differ by 18 % of its median.
-    assert ("**Verdict.** ASP() reached the target fastest, 50 % before BSP; differences "
-            "under 18 % are within noise at 2 seeds") in text
-    assert "ASP() is faster beyond the noise" in text
+    # ASP's time over BSP's, seed by seed: 5/10 and 6/12, so 0.50x [0.50, 0.50].
+    assert ("**Verdict.** ASP() reached the target fastest: 0.50x BSP's time [0.50, 0.50] "
+            "(median ratio paired by seed over 2 seeds, 90 % bootstrap interval), faster "
+            "than BSP beyond seed noise.") in text
 
 
 def test_curve_tta_interpolates_the_loss_crossing_and_records_accuracys():

@@ -57,7 +57,7 @@ class RunConfig:
                       learning_rate=scenario.learning_rate, momentum=scenario.momentum,
                       hidden=tuple(scenario.hidden), max_pushes=scenario.max_pushes,
                       target_accuracy=scenario.target_accuracy,
-                      target_loss=getattr(scenario, "target_loss", None),
+                      target_loss=scenario.target_loss,
                       time_budget_s=scenario.time_budget_s)
         return cls(**dict(values, **overrides))
 
@@ -83,6 +83,7 @@ ARMS = {
     "asp": Arm("ASP", "asp"),
     "ssp": Arm("SSP(s=3)", "ssp:max_staleness=3"),
     "ksync": Arm("KSync(k=3)", "ksync:k=3"),
+    "kasync": Arm("KAsync(k=2)", "kasync:k=2"),
     "backup": Arm("Backup(b=1)", "backup:backups=1"),
     "adaptive": Arm("Adaptive", "adaptive"),
     "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),

@@ -17,7 +17,7 @@
 from cluster_sim.report.results import (EVAL_RELATIVE_GAP, SCHEMA_VERSION, TTA_DEFINITION,
                                         RunResult, curve_tta, median_of, median_tta)
 from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
-from cluster_sim.report.verdict import seed_noise, verdict
+from cluster_sim.report.verdict import verdict
 from cluster_sim.report.writer import (COLUMNS, REQUIRED_KEYS, format_table, load_results, main,
                                        markdown_table, step_time_spread, summarise,
                                        version_to_wall, write_report)
@@ -26,7 +26,7 @@ __all__ = ["RunResult", "SCHEMA_VERSION", "TTA_DEFINITION", "median_tta", "media
            "curve_tta", "EVAL_RELATIVE_GAP",
            "format_cell", "text_table", "markdown_table_rows", "summarise", "write_report",
            "load_results", "main", "format_table", "markdown_table", "step_time_spread",
-           "version_to_wall", "REQUIRED_KEYS", "COLUMNS", "verdict", "seed_noise"]
+           "version_to_wall", "REQUIRED_KEYS", "COLUMNS", "verdict"]
 
 from cluster_sim.report.stats import (bootstrap_ci, coefficient_of_variation,  # noqa: E402
                                       crossing_time, paired_ratio_ci)

@@ -1,17 +1,20 @@
 """The plain-language verdict under a comparison table, computed from the measured runs.
 
-Which rule reached the target fastest, by how much before BSP, and how large a
-difference the seeds themselves produce: the noise is the seed-to-seed spread of each
-policy's time to target ((slowest - fastest seed) / median), the median over policies.
-A difference smaller than that is not evidence that one rule is faster; with one seed
-there is no spread to measure, and the verdict says so.
+Which rule reached the target fastest, by how much against BSP and against the next
+fastest rule, and with what confidence: each comparison is the ratio of the two rules'
+times to target paired by seed (same initial weights and data order), its median over
+seeds and a 90 % bootstrap interval (`cluster_sim.report.stats.paired_ratio_ci`). A
+difference counts only when the interval excludes 1; otherwise the verdict says the
+rules are not separated at this many seeds. With one seed there is no interval, and
+the verdict says so.
 
 Example:
 
->>> runs = lambda *ttas: [{"tta_s": t} for t in ttas]
+>>> runs = lambda *ttas: [{"seed": i, "tta_s": t} for i, t in enumerate(ttas)]
 >>> print(verdict([{"policy": "BSP", "tta_s": 12.0, "per_seed": runs(10.0, 12.0, 13.0)},
-...                {"policy": "ASP", "tta_s": 9.0, "per_seed": runs(8.0, 9.0, 12.0)}]))
-ASP reached the target fastest, 25 % before BSP; differences under 35 % are within noise at 3 seeds (the median seed-to-seed spread of time to target), so ASP and BSP are not separated.
+...                {"policy": "ASP", "tta_s": 9.0, "per_seed": runs(6.0, 9.0, 10.0)},
+...                {"policy": "SSP", "tta_s": 9.5, "per_seed": runs(9.0, 9.5, 9.0)}]))
+ASP reached the target fastest: 0.75x BSP's time [0.60, 0.77] (median ratio paired by seed over 3 seeds, 90 % bootstrap interval), faster than BSP beyond seed noise; against the next fastest, SSP: 0.95x [0.67, 1.11], not separated at 3 seeds.
 >>> print(verdict([{"policy": "BSP", "tta_s": 12.0, "per_seed": runs(12.0)},
 ...                {"policy": "ASP", "tta_s": 9.0, "per_seed": runs(9.0)}]))
 ASP reached the target fastest, 25 % before BSP; one seed cannot separate the rules (seed-to-seed differences are unmeasured): run --seeds 3 or more before choosing.
@@ -19,20 +22,27 @@ ASP reached the target fastest, 25 % before BSP; one seed cannot separate the ru
 
 from __future__ import annotations
 
-import numpy as np
+from cluster_sim.report.stats import paired_ratio_ci
 
-__all__ = ["verdict", "seed_noise"]
+__all__ = ["verdict"]
 
 
-def seed_noise(summaries) -> float | None:
-    """Median over policies of (slowest - fastest seed's TTA) / median TTA, from the
-    policies with at least two seeds that reached the target; None without any."""
-    spreads = []
-    for s in summaries:
-        ttas = [r["tta_s"] for r in s["per_seed"] if r.get("tta_s") is not None]
-        if len(ttas) >= 2 and np.median(ttas) > 0:
-            spreads.append((max(ttas) - min(ttas)) / float(np.median(ttas)))
-    return float(np.median(spreads)) if spreads else None
+def _paired(a, b):
+    """``(median, low, high, pairs)`` of ``a``'s time over ``b``'s on their common
+    seeds, or None when no common seed has a ratio."""
+    ta = {r["seed"]: r.get("tta_s") for r in a["per_seed"]}
+    tb = {r["seed"]: r.get("tta_s") for r in b["per_seed"]}
+    common = sorted(set(ta) & set(tb))
+    try:
+        return paired_ratio_ci([ta[s] for s in common], [tb[s] for s in common])
+    except ValueError:  # no common seed, or neither reached the target on any
+        return None
+
+
+def _ratio_text(ratio, versus):
+    point, low, high, pairs = ratio
+    cell = lambda v: "never" if v == float("inf") else f"{v:.2f}"
+    return f"{cell(point)}x{versus} [{cell(low)}, {cell(high)}]", pairs
 
 
 def verdict(summaries) -> str:
@@ -40,31 +50,45 @@ def verdict(summaries) -> str:
     docstring); never a ranking the seeds cannot support."""
     reached = [s for s in summaries if s["tta_s"] is not None]
     if not reached:
-        return ("No rule reached the target accuracy within its budget: compare final "
-                "accuracy, or raise --max-pushes.")
-    best = min(reached, key=lambda s: s["tta_s"])
-    text = f"{best['policy']} reached the target fastest"
+        return ("No rule reached the target within its budget: compare the final loss "
+                "and accuracy, or raise --max-pushes.")
+    ranked = sorted(reached, key=lambda s: s["tta_s"])
+    best = ranked[0]
     bsp = next((s for s in summaries if s["policy"].split("(")[0].strip().upper() == "BSP"),
                None)
-    if bsp is None:
-        text += " (no BSP run to compare with)"
-    elif bsp is best:
-        text += f" ({best['tta_s']:.1f} s)"
-    elif bsp["tta_s"] is None:
-        text += ", and BSP did not reach it"
-    else:
-        text += f", {100 * (1 - best['tta_s'] / bsp['tta_s']):.0f} % before BSP"
     seeds = max(len(s["per_seed"]) for s in summaries)
-    noise = seed_noise(summaries)
-    if seeds < 2 or noise is None:
+    text = f"{best['policy']} reached the target fastest"
+    if seeds < 2:
+        if bsp is None:
+            text += " (no BSP run to compare with)"
+        elif bsp is best:
+            text += f" ({best['tta_s']:.1f} s)"
+        elif bsp["tta_s"] is None:
+            text += ", and BSP did not reach it"
+        else:
+            text += f", {100 * (1 - best['tta_s'] / bsp['tta_s']):.0f} % before BSP"
         return (text + "; one seed cannot separate the rules (seed-to-seed differences "
                 "are unmeasured): run --seeds 3 or more before choosing.")
-    close = [s["policy"] for s in reached
-             if s is not best and s["tta_s"] / best["tta_s"] - 1 < noise]
-    text += (f"; differences under {100 * noise:.0f} % are within noise at {seeds} seeds "
-             "(the median seed-to-seed spread of time to target)")
-    if close:
-        names = [best["policy"], *close]
-        joined = ", ".join(names[:-1]) + " and " + names[-1]
-        return text + f", so {joined} are not separated."
-    return text + f", so {best['policy']} is faster beyond the noise."
+    parts = []
+    if bsp is None:
+        parts.append(text + " (no BSP run to compare with)")
+    elif bsp is not best and _paired(best, bsp) is None:
+        parts.append(f"{text} (no seed run by both it and BSP to compare)")
+    elif bsp is not best:
+        ratio = _paired(best, bsp)
+        cell, pairs = _ratio_text(ratio, " BSP's time")
+        parts.append(f"{text}: {cell} (median ratio paired by seed over {pairs} seeds, "
+                     "90 % bootstrap interval), " +
+                     ("faster than BSP beyond seed noise" if ratio[2] < 1 else
+                      f"not separated from BSP at {pairs} seeds"))
+    else:
+        parts.append(f"{text} ({best['tta_s']:.1f} s, median over {seeds} seeds)")
+    # The next fastest, unless it is BSP, which the first comparison covers.
+    if len(ranked) > 1 and ranked[1] is not bsp and _paired(best, ranked[1]) is not None:
+        runner = ranked[1]
+        ratio = _paired(best, runner)
+        cell, pairs = _ratio_text(ratio, "")
+        parts.append(f"against the next fastest, {runner['policy']}: {cell}, " +
+                     ("faster beyond seed noise" if ratio[2] < 1 else
+                      f"not separated at {pairs} seeds"))
+    return "; ".join(parts) + "."

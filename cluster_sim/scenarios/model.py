@@ -132,7 +132,8 @@ class Scenario:
     """Everything a policy comparison shares: cluster, workload, slowdowns, stopping rule.
 
     ``slowdowns[i]`` is worker i's tuple of `SpeedSchedule` factors (their product is its
-    speed); ``events`` are sorted by time.
+    speed); ``events`` are sorted by time. ``target_loss`` (validation loss), when set,
+    is the target instead of the workload's own (`cluster_sim.harness.config.targets`).
     """
 
     name: str
@@ -146,6 +147,7 @@ class Scenario:
     slowdowns: tuple = ()
     events: tuple = ()
     target_accuracy: float = 0.93
+    target_loss: float | None = None
     time_budget_s: float = 120.0
     max_pushes: int = 1200
     us_per_sample: float = 300.0

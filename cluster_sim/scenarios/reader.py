@@ -82,7 +82,7 @@ BUILTIN_DIR = pathlib.Path(__file__).parent
 BENCH_DIR = BUILTIN_DIR / "bench"
 
 _TOP_KEYS = {"name", "description", "workers", "ps", "data", "target_accuracy",
-             "time_budget_s", "max_pushes", "us_per_sample", "model", "training",
+             "target_loss", "time_budget_s", "max_pushes", "us_per_sample", "model", "training",
              "slowdowns", "events"}
 _TRACE_KEYS = {"dir", "job", "workers", "time_unit_s"}
 _USAGE_KEYS = {"dir", "machines", "workers", "grid_s", "time_unit_s", "start_s"}
@@ -227,6 +227,7 @@ class _Reader:
                 learning_rate=self.get(training, "learning_rate", float, 0.05, "training."),
                 momentum=momentum, slowdowns=tuple(tuple(f) for f in factors),
                 events=tuple(events), target_accuracy=target,
+                target_loss=self.get(table, "target_loss", float, None),
                 time_budget_s=self.get(table, "time_budget_s", float, 120.0),
                 max_pushes=self.get(table, "max_pushes", int, 1200),
                 us_per_sample=us_per_sample, inject=inject,
