@@ -168,6 +168,7 @@ def test_scenario_checks_one_slowdown_list_per_worker():
     ("workers = 2\n[[events]]\naction = 'pause'\nworker = 0\nat_s = 1\nduration_s = 10\n"
      "[[events]]\naction = 'kill'\nworker = 0\nat_s = 5\n", r"events: worker 0: kill at 5"),
     ("workers = 2\ndata = 'imagenet'\n", r"data: unknown dataset 'imagenet'"),
+    ("workers = 2\ntarget_loss = -0.5\n", r"target_loss: must be > 0"),
     ("workers = 2\n[model]\nhidden = [64, 0]\n", r"model.hidden"),
     ("workers = 2\n[training]\nmomentum = 1.5\n", r"training.momentum"),
     ("workers = 2\n[slowdowns.trace]\njob = 'job_77'\n", r"slowdowns.trace.job: no trace file"),
@@ -217,9 +218,16 @@ def test_bench_set_is_complete_and_every_file_loads_with_8_workers():
         # 1.0 = the reference; a trace's fastest median is 1.0, its fast moments a bit more.
         assert all(0 < v <= (1.2 if name == "bench/trace" else 1.0) for v in s.speeds_at(0.0))
         assert s.momentum > 0
-    # The 4-worker files keep their meaning: the demo and many tests use them.
+    # The 4-worker files keep their meaning: many tests use them.
     assert load_scenario("static").speeds_at(0) == [1.0, 1.0, 0.5, 0.25]
     assert load_scenario("static").data == "digits"
+    # The demo: the benchmark's task on the static speeds, to its own nearer target.
+    demo = load_scenario("demo")
+    assert (demo.data, demo.num_workers, demo.target_loss) == ("teacher", 4, 1.3)
+    assert demo.speeds_at(0) == [1.0, 1.0, 0.5, 0.25]
+    from cluster_sim.harness.config import RunConfig, load_data, targets
+    assert targets(RunConfig.from_scenario(demo), load_data(demo))["target_loss"] == 1.3
+    assert load_scenario("static").target_loss is None
 
 
 def test_bench_static_spans_4x_and_the_others_are_what_they_say():

@@ -77,7 +77,8 @@ def run(args) -> int:
 
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from cluster_sim.cli.bench_policies import BenchArm, run_matrix, table_and_verdict
+    from cluster_sim.cli.bench_policies import (BenchArm, framework_cost_in_runs, run_matrix,
+                                                table_and_verdict)
     from cluster_sim.harness.progress import TargetBar
     from cluster_sim.local_cluster import LocalCluster
     from cluster_sim.report import write_report
@@ -101,6 +102,15 @@ def run(args) -> int:
                  meta={"argv": sys.argv, "seeds": args.seeds})
     print()
     print(table_and_verdict(results, arms))
+    speeds = scenario.speeds_at(0.0)
+    in_runs = framework_cost_in_runs(results, speeds, scenario.batch_size,
+                                     scenario.us_per_sample)
+    if in_runs and scenario.inject == "delay":
+        injected = scenario.batch_size * scenario.us_per_sample * 1e-6 / max(speeds)
+        print(f"\nA step of the fastest workers: {1e3 * injected:.0f} ms of injected compute "
+              f"(in-graph sleep) and {1e3 * in_runs:.0f} ms of TensorFlow's own cost "
+              f"({injected / in_runs:.1f}x); the benchmark (bench policies) sets it to 4x "
+              "or more.")
     print(f"\n{len(results)} runs in {(time.monotonic() - started) / 60:.1f} min; target "
           f"{goal}; report in {out / 'report.md'}")
     return 0
