@@ -327,47 +327,93 @@ def simulate_arm(arm: Arm, sim_config, data, run_config) -> dict:
 
 def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=None,
                data=None, progress=None, on_result=None, store=None,
-               deadline=None) -> list[dict]:
+               deadline=None, jobs=1) -> list[dict]:
     """Every arm for seeds ``0 .. seeds - 1``, interleaved seed by seed: on ``cluster``
-    (real, `cluster_sim.harness.run.run_arm`) or, with ``sim_config``, simulated.
-    ``progress(label, seed)`` returns a per-run progress callback (or None);
-    ``on_result(result)`` is called after each run. Runs ``store`` (a
-    `cluster_sim.cli.run_store.RunStore`) already holds are taken from it, and each new
-    one is added to it as it ends; no run starts after ``deadline`` (`time.monotonic`),
-    so the results may be fewer than ``len(arms) * seeds``."""
+    (real, `cluster_sim.harness.run.run_arm`) or, with ``sim_config``, simulated
+    (in ``jobs`` processes when above 1). ``progress(label, seed)`` returns a per-run
+    progress callback (or None); ``on_result(result)`` is called after each run. Runs
+    ``store`` (a `cluster_sim.cli.run_store.RunStore`) already holds are taken from
+    it, and each new one is added to it as it ends; no run starts after ``deadline``
+    (`time.monotonic`), so the results may be fewer than ``len(arms) * seeds``. The
+    results are in matrix order (seed by seed, arms in order) however they ran."""
     data = data if data is not None else load_data(scenario)
-    results = []
-    for seed in range(seeds):
-        for a in arms:
-            r = store.get(a.arm.label, seed) if store is not None else None
-            if r is not None:
-                results.append(r)
-                if on_result is not None:
-                    on_result(r)
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                continue
-            if sim_config is not None:
-                r = simulate_arm(a.arm, dataclasses.replace(sim_config, seed=seed), data,
-                                 run_config)
-            else:
-                from cluster_sim.harness.run import run_arm
-                callback = progress(a.arm.label, seed) if progress else None
-                try:
-                    r = run_arm(cluster, a.arm, scenario, seed=seed, config=run_config,
-                                data=data, progress=callback)
-                    if hasattr(callback, "finish"):
-                        callback.finish(r)
-                finally:
-                    if hasattr(callback, "__exit__"):
-                        callback.__exit__(None, None, None)
+    slots = [(seed, a) for seed in range(seeds) for a in arms]
+    done = {}
+
+    def finish(seed, a, r, new=True):
+        if new:
             r["family"], r["grid_value"] = a.family, a.value
             if store is not None:
                 store.add(r)
-            results.append(r)
-            if on_result is not None:
-                on_result(r)
-    return results
+        done[seed, a.arm.label] = r
+        if on_result is not None:
+            on_result(r)
+
+    todo = []
+    for seed, a in slots:
+        r = store.get(a.arm.label, seed) if store is not None else None
+        if r is not None:
+            finish(seed, a, r, new=False)
+        else:
+            todo.append((seed, a))
+    if sim_config is not None and jobs > 1 and len(todo) > 1:
+        for (seed, a), r in _simulate_in_processes(todo, sim_config, data, run_config, jobs):
+            finish(seed, a, r)
+        todo = []
+    for seed, a in todo:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        if sim_config is not None:
+            r = simulate_arm(a.arm, dataclasses.replace(sim_config, seed=seed), data,
+                             run_config)
+        else:
+            from cluster_sim.harness.run import run_arm
+            callback = progress(a.arm.label, seed) if progress else None
+            try:
+                r = run_arm(cluster, a.arm, scenario, seed=seed, config=run_config,
+                            data=data, progress=callback)
+                if hasattr(callback, "finish"):
+                    callback.finish(r)
+            finally:
+                if hasattr(callback, "__exit__"):
+                    callback.__exit__(None, None, None)
+        finish(seed, a, r)
+    return [done[seed, a.arm.label] for seed, a in slots if (seed, a.arm.label) in done]
+
+
+_PROCESS_DATA = None  # the workload, once per simulating process
+
+
+def _init_sim_process(data):
+    global _PROCESS_DATA
+    _PROCESS_DATA = data
+    try:  # one BLAS thread per process: the processes are the parallelism
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1)
+    except ImportError:
+        pass
+
+
+def _simulate_in_process(arm, sim_config, run_config):
+    return simulate_arm(arm, sim_config, _PROCESS_DATA, run_config)
+
+
+def _simulate_in_processes(todo, sim_config, data, run_config, jobs):
+    """``((seed, bench arm), result)`` for each of ``todo`` as its simulation ends, run
+    in ``jobs`` fresh (spawned, so no TensorFlow state is inherited) processes."""
+    import concurrent.futures
+    import multiprocessing
+    pool = concurrent.futures.ProcessPoolExecutor(
+        jobs, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_sim_process, initargs=(data,))
+    try:
+        futures = {pool.submit(_simulate_in_process, a.arm,
+                               dataclasses.replace(sim_config, seed=seed), run_config):
+                   (seed, a) for seed, a in todo}
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _scenario_name(name: str) -> str:
@@ -429,14 +475,15 @@ def _sim_config(costs, scenario, run_config, data, workers):
                                stop_at_target=True)
 
 
-def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log) -> dict:
+def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log, jobs=1) -> dict:
     """The best grid value of each fixed rule among ``arms``, simulated on
     ``scenario`` with ``costs`` over ``seeds`` seeds."""
     grid = [a for a in arms if a.family in FAMILIES]
     if not grid:
         return {}
     config = _sim_config(costs, scenario, run_config, data, scenario.num_workers)
-    results = run_matrix(grid, scenario, seeds, run_config, sim_config=config, data=data)
+    results = run_matrix(grid, scenario, seeds, run_config, sim_config=config, data=data,
+                         jobs=jobs)
     choices = oracle_choices(results, grid)
     tuned = {name: next(a.value for a in grid if a.arm.label == label)
              for name, label in choices.items()}
@@ -444,7 +491,7 @@ def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log) -> dict:
     return tuned
 
 
-def _calibration(real, arms, scenario, run_config, costs, data, seeds) -> str:
+def _calibration(real, arms, scenario, run_config, costs, data, seeds, jobs=1) -> str:
     """The simulator beside the real runs: the same arms and seeds simulated with the
     probed costs, as `cluster_sim.cli.calibrate.error_table` (real and simulated median
     TTA, their error, and the timing error at the real run's update count)."""
@@ -452,7 +499,8 @@ def _calibration(real, arms, scenario, run_config, costs, data, seeds) -> str:
     config = dataclasses.replace(
         _sim_config(costs, scenario, run_config, data, scenario.num_workers),
         stop_at_target=False)  # on past the target: the time to each real run's version
-    simulated = run_matrix(arms, scenario, seeds, run_config, sim_config=config, data=data)
+    simulated = run_matrix(arms, scenario, seeds, run_config, sim_config=config, data=data,
+                           jobs=jobs)
     for run in simulated:  # the harness stops at the target: measure the same stretch
         if run["tta_s"] is not None:
             run["final_accuracy"] = next(c["accuracy"] for c in run["curve"]
@@ -470,12 +518,12 @@ def _conditions(scenario, us_per_sample, run_config, costs) -> dict:
             "costs": {k: v for k, v in costs.items() if k not in ("raw", "injected")}}
 
 
-def _estimate_s(runs, scenario, run_config, costs, data) -> float:
+def _estimate_s(runs, scenario, run_config, costs, data, jobs=1) -> float:
     """Seconds the real ``runs`` (bench arms, one entry per run) should take: each arm's
     simulated training time (with the probed costs) plus a fixed start-up per run."""
     arms = list({a.arm.label: a for a in runs}.values())
     config = _sim_config(costs, scenario, run_config, data, scenario.num_workers)
-    sims = run_matrix(arms, scenario, 1, run_config, sim_config=config, data=data)
+    sims = run_matrix(arms, scenario, 1, run_config, sim_config=config, data=data, jobs=jobs)
     wall = {r["policy"]: r["wall_s"] for r in sims}
     return sum(wall[a.arm.label] + 8.0 for a in runs)
 
@@ -497,6 +545,8 @@ def run(args) -> int:
         workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
         if not names or args.seeds < 1 or not workers or min(workers) < 1:
             raise ValueError("need --scenario, --seeds >= 1 and --workers >= 1")
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
         scenarios = {n: load_bench_scenario(n, args) for n in names}
         if args.costs not in ("probe", "none"):
             costs = _load_costs(args.costs)
@@ -541,7 +591,7 @@ def run(args) -> int:
                 results = _with_bar(len(arms) * args.seeds, f"{name} n={n}",
                                     lambda bar: run_matrix(
                                         arms, scenario, args.seeds, run_config,
-                                        sim_config=config, data=data,
+                                        sim_config=config, data=data, jobs=args.jobs,
                                         on_result=lambda r: bar.update(1)))
                 title = f"simulated {scenario.name}, {n} workers"
                 text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
@@ -580,12 +630,13 @@ def run(args) -> int:
                     print(f"error: {err}", file=sys.stderr)
                     return 2
                 tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers), scenario,
-                                      run_config, costs, data, args.sim_seeds, log)
+                                      run_config, costs, data, args.sim_seeds, log,
+                                      args.jobs)
                          if args.grid_from_sim else None)
                 arms = bench_arms(families, scenario.num_workers, tuned)
                 todo = [a for s in range(args.seeds) for a in arms
                         if store.get(a.arm.label, s) is None]
-                estimate = _estimate_s(todo, scenario, run_config, costs, data)
+                estimate = _estimate_s(todo, scenario, run_config, costs, data, args.jobs)
                 log(f"{scenario.summary()}\n{len(arms)} arms x {args.seeds} seed(s), "
                     f"{len(arms) * args.seeds - len(todo)} run(s) already in {store_dir}; "
                     f"the other {len(todo)} estimated {estimate / 60:.0f} min (simulated "
@@ -619,7 +670,7 @@ def run(args) -> int:
                 log(f"stopped with {missing} run(s) to go; run the same command to resume")
             elif not args.no_calibration:
                 calibration = _calibration(results, arms, scenario, run_config, costs, data,
-                                           args.seeds)
+                                           args.seeds, args.jobs)
                 text += "\n\n" + calibration
                 (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
             sections.append(text)
@@ -680,6 +731,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated arms or 'all': {', '.join(ORDER)} (grids "
                              "for ssp, ksync, kasync, backup, rennala, ringmaster)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="simulations in this many processes at once (--simulate, the "
+                             "--grid-from-sim tuning and the calibration; default 1). Not "
+                             "while real runs are under way: they need the cores quiet")
     parser.add_argument("--simulate", action="store_true",
                         help="run the matrix in the simulator instead of the real cluster")
     parser.add_argument("--workers", default="8",
