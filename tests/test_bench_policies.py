@@ -26,6 +26,10 @@ def test_grids_scale_with_the_workers_and_skip_asp_and_bsp_duplicates():
     assert labels("rennala", 8) == ["Rennala(B=4)", "Rennala(B=8)", "Rennala(B=16)"]
     assert labels("ringmaster", 8) == ["Ringmaster(R=4)", "Ringmaster(R=8)", "Ringmaster(R=16)"]
     assert labels("backup", 8) == ["Backup(b=1)", "Backup(b=2)"]
+    # The two-stage schedules: the update they switch at, as a share of BSP's ~1,100.
+    assert labels("syncswitch", 8) == ["Sync-Switch(after=128)", "Sync-Switch(after=256)",
+                                       "Sync-Switch(after=512)"]
+    assert [a.arm.policy for a in bench_arms(["ashl"], 8)][0] == "ashl:switch_after=128"
     # Every arm of the full matrix builds its policy, at every simulated size.
     for n in (8, 64, 256):
         check_arms(bench_arms(ORDER, n), n)
