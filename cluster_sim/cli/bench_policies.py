@@ -497,23 +497,29 @@ def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log, jobs=1) ->
     return tuned
 
 
-def _calibration(real, arms, scenario, run_config, costs, data, seeds, jobs=1) -> str:
+def _calibration(real, arms, scenario, run_config, costs, data, jobs=1) -> str:
     """The simulator beside the real runs: the same arms and seeds simulated with the
     probed costs, as `cluster_sim.cli.calibrate.error_table` (real and simulated median
-    TTA, their error, and the timing error at the real run's update count)."""
+    TTA, their error, and the timing error at the real run's update count). Only the
+    (arm, seed) pairs ``real`` holds are compared, so an unfinished matrix is
+    calibrated on the runs made so far."""
     from cluster_sim.cli.calibrate import error_table
+    made = {(r["policy"], r["seed"]) for r in real}
     config = dataclasses.replace(
         _sim_config(costs, scenario, run_config, data, scenario.num_workers),
         stop_at_target=False)  # on past the target: the time to each real run's version
-    simulated = run_matrix(arms, scenario, seeds, run_config, sim_config=config, data=data,
-                           jobs=jobs)
+    simulated = run_matrix([a for a in arms if any(a.arm.label == p for p, _ in made)],
+                           scenario, 1 + max(s for _, s in made), run_config,
+                           sim_config=config, data=data, jobs=jobs)
+    simulated = [r for r in simulated if (r["policy"], r["seed"]) in made]
     for run in simulated:  # the harness stops at the target: measure the same stretch
         if run["tta_s"] is not None:
             run["final_accuracy"] = next(c["accuracy"] for c in run["curve"]
                                          if c["wall_s"] >= run["tta_s"])
-    return ("Calibration: real and simulated (probed costs) side by side; 'TTA err' "
-            "compares the medians, 't@v err' the time to the update count where each "
-            "real run reached the target.\n\n```\n" + error_table(real, simulated) + "\n```")
+    return (f"Calibration against {len(made)} real run(s): real and simulated (probed costs) "
+            "side by side; 'TTA err' compares the medians, 't@v err' the time to the "
+            "update count where each real run reached the target.\n\n```\n" +
+            error_table(real, simulated) + "\n```")
 
 
 def _conditions(scenario, us_per_sample, run_config, costs) -> dict:
@@ -674,9 +680,9 @@ def run(args) -> int:
                          f"made yet (--stop-after); the same command resumes them from "
                          f"{store_dir}.")
                 log(f"stopped with {missing} run(s) to go; run the same command to resume")
-            elif not args.no_calibration:
+            if results and not args.no_calibration:
                 calibration = _calibration(results, arms, scenario, run_config, costs, data,
-                                           args.seeds, args.jobs)
+                                           args.jobs)
                 text += "\n\n" + calibration
                 (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
             sections.append(text)
