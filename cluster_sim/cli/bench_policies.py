@@ -391,8 +391,10 @@ _PROCESS_DATA = None  # the workload, once per simulating process
 
 
 def _init_sim_process(data):
+    from cluster_sim.cli import prepare_tensorflow
     global _PROCESS_DATA
     _PROCESS_DATA = data
+    prepare_tensorflow()  # without its start-up noise, as in the parent
     try:  # one BLAS thread per process: the processes are the parallelism
         from threadpoolctl import threadpool_limits
         threadpool_limits(1)
@@ -579,8 +581,8 @@ def run(args) -> int:
             "simulate": bool(args.simulate)}
     summary = {"meta": meta, "scenarios": {}}
     sections = []
+    prepare_tensorflow()  # also for simulations: a forecaster's GRU imports TensorFlow
     if not args.simulate or costs is None:
-        prepare_tensorflow()
         from cluster_sim.netns import isolate_loopback
         isolate_loopback()
     first = next(iter(scenarios.values()))
