@@ -235,15 +235,27 @@ def test_curve_tta_interpolates_the_loss_crossing_and_records_accuracys():
     """The one time-to-target definition (harness and simulator call it): the loss
     target when there is one, interpolated; accuracy's crossing beside it; how far
     apart the evaluations were up to the crossing."""
-    from cluster_sim.report.results import curve_tta
+    from cluster_sim.report.results import TTA_WINDOW, curve_tta, target_reached
     curve = [{"wall_s": t, "loss": l, "accuracy": a} for t, l, a in
              [(0.0, 2.3, 0.1), (10.0, 0.9, 0.6), (12.0, 0.5, 0.8), (14.0, 0.3, 0.85)]]
-    r = curve_tta(curve, target_loss=0.7, target_accuracy=0.84)
+    r = curve_tta(curve, target_loss=0.7, target_accuracy=0.84, window=1)
     assert r["tta_s"] == pytest.approx(11.0)       # half way from 0.9 to 0.5
     assert r["tta_accuracy_s"] == pytest.approx(13.6)
     assert r["max_eval_gap"] == pytest.approx(10.0 / 11.0)
     # Without a target loss, accuracy is the target; never reached is None.
-    assert curve_tta(curve, target_accuracy=0.84)["tta_s"] == pytest.approx(13.6)
+    assert curve_tta(curve, target_accuracy=0.84, window=1)["tta_s"] == pytest.approx(13.6)
     missed = curve_tta(curve, target_loss=0.1, target_accuracy=0.99)
     assert missed["tta_s"] is None and missed["tta_accuracy_s"] is None
     assert missed["max_eval_gap"] == pytest.approx(10.0 / 14.0)
+    # By default the mean of the last TTA_WINDOW evaluations: a swinging plateau whose
+    # dips cross the target has not reached it; a curve that settles under it has.
+    assert TTA_WINDOW == 5
+    swings = [{"wall_s": float(t), "loss": l, "accuracy": 0.6}
+              for t, l in enumerate([1.2, 1.05, 0.97, 1.11, 1.03, 1.06, 0.97, 1.05])]
+    r = curve_tta(swings, target_loss=0.98)
+    assert r["tta_s"] is None and r["tta_first_s"] == pytest.approx(1.875)
+    assert not target_reached(swings, target_loss=0.98)
+    settles = swings + [{"wall_s": 8.0 + t, "loss": 0.95, "accuracy": 0.7} for t in range(5)]
+    assert target_reached(settles, target_loss=0.98)
+    assert curve_tta(settles, target_loss=0.98)["tta_s"] == pytest.approx(
+        9.0 + (0.996 - 0.98) / (0.996 - 0.974))  # means 0.996 at 9 s, 0.974 at 10 s

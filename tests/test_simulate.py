@@ -191,7 +191,10 @@ def test_evaluations_at_a_relative_spacing_and_the_loss_target_end_the_run(data)
     assert all(b - a <= max(4, 0.05 * a) + 1 for a, b in zip(pushes, pushes[1:]))
     assert r["tta_s"] is not None and r["pushed"] < 2000
     assert r["tta_s"] == curve_tta(r["curve"], target_loss=0.5, target_accuracy=0.93)["tta_s"]
-    assert r["curve"][-2]["loss"] > 0.5 >= r["curve"][-1]["loss"]
+    # It stops at the first evaluation where the mean of the last five is past the target.
+    from cluster_sim.report.results import trailing_mean
+    means = trailing_mean([p["loss"] for p in r["curve"]])
+    assert means[-2] > 0.5 >= means[-1]
     assert r["target_loss"] == 0.5 and r["final_loss"] == r["curve"][-1]["loss"]
     sim = Simulation(ksync.AdaSync(k0=1, refresh_every=8), dataclasses.replace(
         config, stop_at_target=False, max_pushes=400), data)

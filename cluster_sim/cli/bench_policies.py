@@ -527,8 +527,9 @@ def _calibration(real, arms, scenario, run_config, costs, data, jobs=1) -> str:
 def _conditions(scenario, us_per_sample, run_config, costs) -> dict:
     """What a real run's result depends on besides its arm and seed: a `RunStore`
     resumes only runs made under the same."""
+    from cluster_sim.report.results import TTA_WINDOW
     return {"scenario": scenario.summary(), "us_per_sample": us_per_sample,
-            "run_config": dataclasses.asdict(run_config),
+            "tta_window": TTA_WINDOW, "run_config": dataclasses.asdict(run_config),
             "costs": {k: v for k, v in costs.items() if k not in ("raw", "injected")}}
 
 

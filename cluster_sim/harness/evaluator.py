@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from cluster_sim.report.results import EVAL_RELATIVE_GAP
+from cluster_sim.report.results import EVAL_RELATIVE_GAP, target_reached
 from cluster_sim.numpy_mlp import MLP
 
 __all__ = ["BackgroundEvaluator", "dense_layers"]
@@ -123,10 +123,11 @@ class BackgroundEvaluator(threading.Thread):
         return point
 
     def reached(self, point) -> bool:
-        """Whether ``point`` is at or past the target."""
-        if self.target_loss is not None:
-            return point["loss"] <= self.target_loss
-        return self.target_accuracy is not None and point["accuracy"] >= self.target_accuracy
+        """Whether the curve up to ``point`` is at or past the target as the time to
+        target counts it (`cluster_sim.report.results.target_reached`: the mean of the
+        last evaluations, so one evaluation's dip does not stop the run)."""
+        upto = self.curve if self.curve and self.curve[-1] is point else [*self.curve, point]
+        return target_reached(upto, self.target_loss, self.target_accuracy)
 
     def run(self):
         try:

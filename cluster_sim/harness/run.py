@@ -246,6 +246,7 @@ def _result(arm, seed, t, curve, goal, sizes_over_time, events_applied, fit_erro
     return RunResult(
         policy=arm.label, seed=seed, tta_s=tta["tta_s"],
         tta_accuracy_s=tta["tta_accuracy_s"], max_eval_gap=tta["max_eval_gap"],
+        tta_first_s=tta["tta_first_s"],
         final_accuracy=curve[-1]["accuracy"], final_loss=curve[-1]["loss"], **goal,
         wall_s=curve[-1]["wall_s"], samples_per_s=whole["samples_per_s"],
         hardware_efficiency=whole["hardware_efficiency"],

@@ -33,7 +33,7 @@ import numpy as np
 import ksync
 from ksync.controller import RuleController
 from predictor.schedule import AllocationSchedule
-from cluster_sim.report.results import RunResult, curve_tta
+from cluster_sim.report.results import RunResult, curve_tta, target_reached
 from cluster_sim.sim.clock import EventClock
 from cluster_sim.numpy_mlp import MLP
 from cluster_sim.sim.speeds import Network, make_speed_model
@@ -62,8 +62,9 @@ class SimConfig:
     Evaluation: every ``eval_every`` pushes; with ``eval_relative_gap`` > 0 (what the
     harness does, `cluster_sim.report.EVAL_RELATIVE_GAP`) at the start and then
     ``max(eval_every, eval_relative_gap * pushes)`` pushes apart instead. The run's time
-    to target is `cluster_sim.report.curve_tta` of the curve: validation loss down to
-    ``target_loss`` when given, else accuracy up to ``target_accuracy``, interpolated.
+    to target is `cluster_sim.report.curve_tta` of the curve: the mean of the last
+    evaluations' validation loss down to ``target_loss`` when given, else their accuracy
+    up to ``target_accuracy``, interpolated.
     """
 
     num_workers: int = 4
@@ -369,8 +370,8 @@ class Simulation:
                else c.eval_every)
         self._next_eval = pushes - pushes % gap + gap if not c.eval_relative_gap \
             else pushes + gap
-        reached = (loss <= c.target_loss if c.target_loss is not None
-                   else acc >= c.target_accuracy)
+        reached = target_reached(self.curve, c.target_loss,
+                                 None if c.target_loss is not None else c.target_accuracy)
         if self.tta is None and reached:
             # Only a stop signal: the reported time is curve_tta's interpolated crossing.
             self.tta = float(self.clock.now)
@@ -437,6 +438,7 @@ class Simulation:
         return RunResult(
             policy=repr(self.policy), seed=c.seed, tta_s=tta["tta_s"],
             tta_accuracy_s=tta["tta_accuracy_s"], max_eval_gap=tta["max_eval_gap"],
+            tta_first_s=tta["tta_first_s"],
             final_loss=self.curve[-1]["loss"], **goal,
             final_accuracy=self.curve[-1]["accuracy"], wall_s=wall, samples_per_s=rate,
             hardware_efficiency=rate / standalone if rate and standalone else None,
