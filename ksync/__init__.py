@@ -12,12 +12,12 @@ imported only by the strategy.
 
 from ksync.controller import Decision, Measurement, RuleController
 from ksync.policies import (ASHL, ASP, BSP, SSP, AdaSync, Adaptive, BackupWorkers, Context,
-                            KAsync, KSync, Observation, Policy, Rennala, Ringmaster, SyncSwitch,
+                            Goodput, KAsync, KSync, Observation, Policy, Rennala, Ringmaster, SyncSwitch,
                             get, parse)
 from ksync.rule import Rule
 from ksync.state import PushResult, UpdateState
 
-__all__ = ["ASHL", "ASP", "SyncSwitch", "BSP", "SSP", "AdaSync", "Adaptive", "BackupWorkers",
+__all__ = ["ASHL", "ASP", "SyncSwitch", "BSP", "SSP", "AdaSync", "Adaptive", "BackupWorkers", "Goodput",
            "KAsync", "KSync", "Rennala", "Ringmaster",
            "Context", "Decision", "Measurement", "Observation", "Policy", "PushResult", "Rule",
            "RuleController", "UpdateState", "get", "parse"]

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from ksync.noise import noise_scale
 from ksync.policies import Context, Observation, Policy, stalled_workers
 from ksync.rule import Rule
 
@@ -54,6 +55,9 @@ class Measurement:
         for the current round, those workers (K must drop to them); else None.
       loss: the latest training loss the caller knows (None: none), passed on to the
         policy's `Observation` (`ksync.AdaSync` follows it).
+      worker_pushes: cumulative gradients each worker pushed.
+      noise_sums: cumulative ``(|G|^2, tr(S))`` estimates of the committed rounds
+        (`ksync.noise`; empty when the caller does not measure them).
     """
 
     version: int
@@ -65,6 +69,8 @@ class Measurement:
     busy_s: tuple = ()
     blocked_workers: tuple | None = None
     loss: float | None = None
+    worker_pushes: tuple = ()
+    noise_sums: tuple = ()
 
     def stalled(self) -> bool:
         """Whether some worker's running step takes far longer than its usual one."""
@@ -79,6 +85,20 @@ class Decision:
     rule: Rule
     changed: bool = False
     sizes: list | None = None
+
+
+#: weight of the earlier windows' noise sums at each observation.
+NOISE_MEMORY = 0.8
+
+
+def _window_batches(now, before) -> tuple | None:
+    """Each worker's mean samples per push since ``before`` (None where it pushed
+    nothing, or when the caller does not count pushes)."""
+    if not now.worker_pushes or not now.worker_samples:
+        return None
+    pushes = np.subtract(now.worker_pushes, before.worker_pushes or 0)
+    samples = np.subtract(now.worker_samples, before.worker_samples or 0)
+    return tuple(float(s / p) if p > 0 else None for s, p in zip(samples, pushes))
 
 
 def staleness_quantile(hist, q: float) -> int | None:
@@ -129,7 +149,10 @@ class RuleController:
         self.sizes = schedule.initial(num_workers) if schedule is not None else None
         self.capped_for_work = False
         self._observed = None   # Measurement at the last observation
+        self._observations = 0
         self._allocated = None  # Measurement at the last allocation
+        # (|G|^2, tr(S)) sums of the recent rounds, older windows fading by NOISE_MEMORY.
+        self._noise = (0.0, 0.0)
 
     @property
     def refresh_every(self) -> int:
@@ -141,13 +164,15 @@ class RuleController:
 
     def refresh(self, now: Measurement) -> Decision:
         """Observe when due, cap K and allocate when due; the rule and sizes to apply."""
+        every = self.policy.refresh_every
         if self._observed is None:
             self._observed = now
-        elif self.policy.refresh_every and (
-                now.version - self._observed.version >= self.policy.refresh_every
+        elif every and (now.version - self._observed.version >= (
+                every if self._observations else self.policy.first_refresh or every)
                 or now.stalled()):
             self._observe(now)
             self._observed = now
+            self._observations += 1
         live = tuple(now.live_workers)
         rule, cap = self.policy_rule, self._cap(self.policy_rule, live)
         reason = f"K capped at the {cap} live worker(s)"
@@ -250,16 +275,30 @@ class RuleController:
             self.sizes = list(allocation["sizes"])
 
     def _observation(self, now):
+        before = self._observed
         hist = np.asarray(now.staleness_hist, np.int64)
-        before = np.asarray(self._observed.staleness_hist, np.int64)
-        size = max(len(hist), len(before))  # a simulator's histogram grows as it runs
-        window = np.pad(hist, (0, size - len(hist))) - np.pad(before, (0, size - len(before)))
+        old = np.asarray(before.staleness_hist, np.int64)
+        size = max(len(hist), len(old))  # a simulator's histogram grows as it runs
+        window = np.pad(hist, (0, size - len(hist))) - np.pad(old, (0, size - len(old)))
         return Observation(version=int(now.version),
                            iteration_times=tuple(now.iteration_times),
                            live_workers=tuple(now.live_workers),
                            staleness_p95=staleness_quantile(window, 0.95),
+                           staleness_mean=(float(window @ np.arange(size)) / window.sum()
+                                           if window.sum() > 0 else None),
                            running_times=tuple(now.running_times) or None,
-                           loss=now.loss)
+                           loss=now.loss, noise_scale=self._noise_scale(now, before),
+                           batch_sizes=_window_batches(now, before))
+
+    def _noise_scale(self, now, before):
+        """The noise scale of the recent rounds: this window's sums plus the earlier
+        windows' faded by `NOISE_MEMORY` (one window of 20 two-gradient rounds alone
+        is too noisy to act on)."""
+        if len(now.noise_sums) < 2:
+            return None
+        window = np.subtract(now.noise_sums[:2], (before.noise_sums or (0.0, 0.0))[:2])
+        self._noise = tuple(NOISE_MEMORY * a + float(b) for a, b in zip(self._noise, window))
+        return noise_scale(*self._noise)
 
     def _maybe_allocate(self, now):
         if self.schedule is None:

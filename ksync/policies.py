@@ -85,20 +85,27 @@ class Observation:
         for a worker with no finished step.
       live_workers: indices of workers the coordinator considers alive.
       staleness_p95: 95th percentile of staleness in the window (None if no pushes).
+      staleness_mean: mean staleness of the window's pushes (None if no pushes).
       running_times: seconds each worker's current step has run so far (None: not
         running); a step running far longer than usual is a stall (a frozen or suddenly
         slowed worker), seen before the step ends.
       loss: the latest training loss reported to the caller (None: none reported), e.g.
         by `strategies.callbacks.KSyncLossCallback` or the simulator's evaluation; the
         policies that follow the loss (`AdaSync`) read it, the others ignore it.
+      noise_scale: the gradient noise scale ``B_simple`` measured by the PS over recent
+        rounds (`ksync.noise`; None: not measured, e.g. only one gradient per update).
+      batch_sizes: each worker's mean samples per step in the window (None: unknown).
     """
 
     version: int
     iteration_times: tuple
     live_workers: tuple
     staleness_p95: float | None = None
+    staleness_mean: float | None = None
     running_times: tuple | None = None
     loss: float | None = None
+    noise_scale: float | None = None
+    batch_sizes: tuple | None = None
 
     def effective_times(self) -> tuple:
         """Each worker's iteration time as it stands now: its usual step time, or, for
@@ -138,6 +145,8 @@ class Policy:
     name = "policy"
     #: updates between two calls of `observe` (0: never observed).
     refresh_every = 0
+    #: updates before the first call of `observe` (None: ``refresh_every``).
+    first_refresh = None
 
     def rule(self, num_workers: int) -> Rule:
         """The rule to start with on a cluster of `num_workers`; raises ValueError if unfit."""
@@ -381,6 +390,146 @@ class Adaptive(Policy):
                 "staleness_scaling": self.staleness_scaling}
 
 
+class Goodput(Policy):
+    """Choose the rule with the highest predicted goodput, every ``refresh_every`` updates.
+
+    Goodput is training progress per second: updates per second times what an update is
+    worth (`ksync.goodput`). From each live worker's measured step time (or, for a
+    stalled worker, its running step's time) and batch, the model predicts for every
+    candidate rule (K-sync for K on a grid, BSP included; K-async for K on a grid with a
+    staleness bound that keeps all or only the faster workers) the updates per second,
+    the samples per update and each worker's staleness. An update's worth is its batch
+    efficiency ``M / (M + B)``, with ``B`` the gradient noise scale the PS measures
+    (`ksync.noise`; it grows as the loss falls, which moves the choice toward larger
+    updates) averaged over momentum's horizon, times the mean worth of its gradients'
+    staleness, ``1 / (1 + (s / staleness_tolerance)^3)``. It starts with BSP, which
+    measures the noise scale best (every round holds every worker's gradient), and
+    moves to another rule only when that rule's predicted goodput beats the current
+    one's by more than ``hysteresis``.
+
+    Args:
+      refresh_every: updates between two decisions.
+      momentum: the optimizer's momentum; it averages gradient noise over about
+        ``(1 + momentum) / (1 - momentum)`` updates, which divides the noise scale that
+        matters per update.
+      staleness_tolerance: staleness (in updates) at which a gradient is worth half a
+        fresh one. The default 4 was fitted to the simulated benchmark's homogeneous
+        scenario (SGD, momentum 0.9); it is the staleness at which the correlation of
+        true gradients falls to zero there.
+      noise_scale: the noise scale ``B_simple`` to assume until the PS has measured one
+        (None: the samples of one BSP update).
+      hysteresis: relative goodput gain a new rule needs over the current one.
+
+    Example: four workers, one four times slower, a measured noise scale of 600.
+
+    >>> import ksync
+    >>> policy = ksync.Goodput()
+    >>> context = ksync.Context(num_workers=4, rule=policy.rule(4))
+    >>> observation = ksync.Observation(version=20, iteration_times=(0.1, 0.1, 0.1, 0.4),
+    ...                                 live_workers=(0, 1, 2, 3), noise_scale=600.0)
+    >>> rule, reason = policy.observe(observation, context)
+    >>> rule.describe()
+    'K=3 async, drop beyond staleness 8'
+    """
+
+    name = "goodput"
+    first_refresh = 5
+
+    def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
+                 staleness_tolerance: float = 4.0, noise_scale: float | None = None,
+                 hysteresis: float = 0.05):
+        _check_int("refresh_every", refresh_every, 1)
+        if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
+            raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
+                             f"momentum, got {momentum!r}.")
+        if not (isinstance(staleness_tolerance, (int, float)) and staleness_tolerance > 0):
+            raise ValueError(f"staleness_tolerance must be a number of updates > 0, got "
+                             f"{staleness_tolerance!r}.")
+        if noise_scale is not None and not (isinstance(noise_scale, (int, float))
+                                            and noise_scale > 0):
+            raise ValueError(f"noise_scale must be None (measure it) or a number > 0, got "
+                             f"{noise_scale!r}.")
+        if not (isinstance(hysteresis, (int, float)) and hysteresis >= 0):
+            raise ValueError(f"hysteresis must be a number >= 0, got {hysteresis!r}.")
+        self.refresh_every = refresh_every
+        self.momentum = float(momentum)
+        self.staleness_tolerance = float(staleness_tolerance)
+        self.noise_scale = None if noise_scale is None else float(noise_scale)
+        self.hysteresis = float(hysteresis)
+
+    def _rule(self, num_workers):
+        return Rule(k=num_workers, wait=True, max_staleness=0)
+
+    def _inputs(self, observation):
+        """The live workers' step times and batches, the noise scale ``B_simple`` (and
+        whether it was measured) and the noise scale per update under momentum."""
+        now = observation.effective_times()
+        live = [w for w in observation.live_workers
+                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
+        sizes = observation.batch_sizes
+        batches = [float(sizes[w]) if sizes and sizes[w] else 1.0 for w in live]
+        measured = observation.noise_scale
+        simple = measured if measured is not None else (
+            self.noise_scale if self.noise_scale is not None else sum(batches))
+        scale = simple * (1.0 - self.momentum) / (1.0 + self.momentum)
+        return [now[w] for w in live], batches, simple, measured is not None, scale
+
+    def exposure(self, observation, context) -> float:
+        """The fraction of a step between the parameter read and the push, from the
+        staleness measured under the current rule against the staleness `forecast`
+        predicts for a whole step; 1 (a whole step) under a waiting rule, which shows
+        none."""
+        from ksync import goodput
+        measured = observation.staleness_mean
+        if context.rule.wait or measured is None:
+            return 1.0
+        times, batches, _, _, scale = self._inputs(observation)
+        # Unbounded: with whole steps exposed a bound may drop every worker in the model.
+        unbounded = dataclasses.replace(context.rule, max_staleness=None)
+        whole = goodput.forecast(unbounded, times, batches, scale,
+                                 self.staleness_tolerance).staleness if times else 0.0
+        return min(1.0, max(0.05, measured / whole)) if whole > 0 else 1.0
+
+    def forecasts(self, observation, context) -> list:
+        """Every candidate's `ksync.goodput.Forecast` on ``observation``, best first
+        (empty while no live worker has a step time)."""
+        from ksync import goodput
+        times, batches, _, _, scale = self._inputs(observation)
+        if not times:
+            return []
+        exposure = self.exposure(observation, context)
+        out = [goodput.forecast(rule, times, batches, scale, self.staleness_tolerance,
+                                exposure)
+               for rule in goodput.candidates(times, exposure=exposure)]
+        return sorted(out, key=lambda f: -f.goodput)
+
+    def observe(self, observation, context):
+        from ksync import goodput
+        ranked = self.forecasts(observation, context)
+        if not ranked or ranked[0].rule == context.rule:
+            return None
+        best = ranked[0]
+        times, batches, simple, measured, scale = self._inputs(observation)
+        exposure = self.exposure(observation, context)
+        current = goodput.forecast(context.rule, times, batches, scale,
+                                   self.staleness_tolerance, exposure)
+        if best.goodput <= (1.0 + self.hysteresis) * current.goodput:
+            return None
+        reason = (f"noise scale {simple:.0f} ({'measured' if measured else 'assumed'}; "
+                  f"{scale:.0f} per update under momentum {self.momentum:g}), exposure "
+                  f"{exposure:.2f}: {best.describe()}; current rule's goodput "
+                  f"{current.goodput:.3g}")
+        runner = ranked[1] if len(ranked) > 1 else None
+        if runner is not None:
+            reason += f"; runner-up {runner.rule.describe()} {runner.goodput:.3g}"
+        return best.rule, reason
+
+    def get_config(self):
+        return {"refresh_every": self.refresh_every, "momentum": self.momentum,
+                "staleness_tolerance": self.staleness_tolerance,
+                "noise_scale": self.noise_scale, "hysteresis": self.hysteresis}
+
+
 class _Staged(Policy):
     """Two fixed rules, switching once at update ``switch_after`` (a baseline schedule)."""
 
@@ -590,7 +739,7 @@ class AdaSync(Policy):
 
 
 _BY_NAME = {cls.name: cls for cls in (BSP, ASP, SSP, KSync, KAsync, BackupWorkers, Adaptive,
-                                      SyncSwitch, ASHL, Rennala, Ringmaster, AdaSync)}
+                                      Goodput, SyncSwitch, ASHL, Rennala, Ringmaster, AdaSync)}
 
 
 def parse(spec: str) -> Policy:

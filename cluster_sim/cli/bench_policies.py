@@ -10,8 +10,8 @@ Arms (``--arms``, comma-separated families, default all): the fixed rules with a
 their parameter, ``ssp`` (s), ``ksync`` and ``kasync`` (k), ``backup`` (b), ``rennala``
 (B), ``ringmaster`` (R), the two-stage schedules ``syncswitch`` and ``ashl`` (the update
 they switch at), plus ``bsp`` and ``asp``, and the rules that set themselves:
-``adasync``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive``, ``adaptive+alloc``
-(`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
+``adasync``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive``, ``adaptive+alloc``,
+``goodput`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
 fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
 tunes each grid in the simulator on the same scenario (with the framework costs measured
 here) and runs only the tuned value for real.
@@ -106,10 +106,10 @@ FAMILIES = {
 #: Arms without a grid: (name, Arm); BSP first, the baseline of every ratio.
 SINGLE = {"bsp": ARMS["bsp"], "asp": ARMS["asp"], "adasync": Arm("AdaSync", "adasync"),
           **{name: ARMS[name] for name in ("chao", "lb-bsp", "nbsgd",
-                                           "adaptive", "adaptive+alloc")}}
+                                           "adaptive", "adaptive+alloc", "goodput")}}
 ORDER = ("bsp", "asp", "ssp", "ksync", "kasync", "backup", "rennala", "ringmaster",
          "adasync", "syncswitch", "ashl", "chao", "lb-bsp", "nbsgd", "adaptive",
-         "adaptive+alloc")
+         "adaptive+alloc", "goodput")
 
 
 @dataclasses.dataclass(frozen=True)

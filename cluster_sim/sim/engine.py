@@ -32,6 +32,7 @@ import numpy as np
 
 import ksync
 from ksync.controller import RuleController
+from ksync.noise import RoundNoise
 from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult, curve_tta, target_reached
 from cluster_sim.sim.clock import EventClock
@@ -202,6 +203,8 @@ class Simulation:
         self.waiting = set()  # workers held at the k-sync gate
         self.agg = np.zeros(self.model.num_params, np.float64)
         self.agg_samples = 0.0
+        self.round_noise = RoundNoise()  # the current round's gradient norms, as the PS's
+        self.noise_sums = np.zeros(2)    # cumulative (|G|^2, tr(S)) of committed rounds
         self.ps_free = 0.0
         # Telemetry, as the PS state keeps it.
         self.worker_pushes = np.zeros(n, np.int64)
@@ -293,15 +296,19 @@ class Simulation:
         self.step_started[w] = None
         if result.accepted:
             # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
-            self.agg += (result.weight * samples) * self.grads[w]
+            g = self.grads[w].astype(np.float64)
+            self.agg += (result.weight * samples) * g
             self.agg_samples += samples
+            self.round_noise.add(float(g @ g), samples)
             if self.record_batches:
                 self.batches.append((int(self.read_version[w]), w, self.rows[w].copy(),
                                      result.weight))
         if result.committed:
             self._flush()  # requests of the old version see the old parameters
-            self.model.apply((self.agg / self.agg_samples).astype(self.model.dtype),
-                             c.learning_rate, c.momentum)
+            mean = self.agg / self.agg_samples
+            self.noise_sums += self.round_noise.estimate(float(mean @ mean))
+            self.round_noise = RoundNoise()
+            self.model.apply(mean.astype(self.model.dtype), c.learning_rate, c.momentum)
             self.agg[:] = 0.0
             self.agg_samples = 0.0
             self.commits += 1
@@ -347,7 +354,8 @@ class Simulation:
             staleness_hist=tuple(np.bincount(np.asarray(self.staleness, np.int64).clip(0))),
             worker_samples=tuple(self.worker_samples), busy_s=tuple(self.worker_time),
             # The latest validation loss, as the harness's evaluator reports it.
-            loss=self.last_loss))
+            loss=self.last_loss, worker_pushes=tuple(self.worker_pushes),
+            noise_sums=tuple(self.noise_sums)))
         if decision.changed:
             self.state.set_rule(decision.rule)
             self.rule = decision.rule

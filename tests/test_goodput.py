@@ -1,0 +1,203 @@
+"""The goodput rule: the noise-scale estimate, the throughput/staleness model, the
+decisions, and the same code in the controller and the simulator (no cluster)."""
+
+import heapq
+
+import numpy as np
+import pytest
+
+import ksync
+from ksync import goodput, noise
+from ksync.controller import Measurement, RuleController
+from ksync.rule import Rule
+
+
+# -- the noise scale ---------------------------------------------------------------------
+
+def _rounds(rng, signal, trace, batches, rounds, dim=20):
+    """Sums of per-round (|G|^2, tr(S)) estimates for gradients of the given batches
+    drawn around a true gradient of squared norm ``signal`` with per-sample covariance
+    of trace ``trace``."""
+    g = np.zeros(dim)
+    g[0] = np.sqrt(signal)
+    total = np.zeros(2)
+    for _ in range(rounds):
+        r = noise.RoundNoise()
+        grads = [g + rng.normal(0.0, np.sqrt(trace / dim / b), dim) for b in batches]
+        for grad, b in zip(grads, batches):
+            r.add(float(grad @ grad), b)
+        mean = sum(b * grad for grad, b in zip(grads, batches)) / sum(batches)
+        total += r.estimate(float(mean @ mean))
+    return total
+
+
+@pytest.mark.parametrize("batches", [(32, 32, 32, 32), (8, 16, 32, 64, 64), (32, 32)])
+def test_noise_scale_recovers_a_known_gradient_distribution(batches):
+    rng = np.random.default_rng(1)
+    signal_sum, trace_sum = _rounds(rng, signal=0.5, trace=200.0, batches=batches,
+                                    rounds=3000)
+    assert noise.noise_scale(signal_sum, trace_sum) == pytest.approx(400.0, rel=0.1)
+
+
+def test_a_round_of_one_gradient_tells_nothing_and_noise_alone_gives_no_scale():
+    r = noise.RoundNoise()
+    r.add(4.0, 32)
+    assert r.estimate(4.0) == (0.0, 0.0)
+    assert noise.noise_scale(0.0, 0.0) is None
+    assert noise.noise_scale(-1.0, 10.0) is None
+
+
+# -- the model ---------------------------------------------------------------------------
+
+def test_ksync_forecast_waits_for_the_kth_fastest_and_counts_only_the_k_fastest():
+    f = goodput.forecast(Rule(k=2, wait=True, max_staleness=0), [0.3, 0.1, 0.2, 0.4],
+                         [10, 20, 30, 40], noise_scale=50.0, tolerance=4.0)
+    assert f.updates_per_s == pytest.approx(1 / 0.2)
+    assert f.samples_per_update == 50 and f.staleness == 0 and f.contributors == 2
+    assert f.goodput == pytest.approx(5.0 * 50 / 100)
+
+
+def _simulated_kasync(times, k, bound, pushes=4000):
+    """A timing-only run of K-async through the reference `UpdateState`: workers read
+    at the start of each step, push at its end, never wait. Returns updates/s, the mean
+    staleness of accepted pushes and the accepted workers."""
+    state = ksync.UpdateState(len(times), Rule(k=k, wait=False, max_staleness=bound))
+    heap = [(t, w, 0) for w, t in enumerate(times)]
+    heapq.heapify(heap)
+    stale, accepted, now = [], set(), 0.0
+    for _ in range(pushes):
+        now, w, read = heapq.heappop(heap)
+        result = state.push(worker=w, version_read=read, samples=32)
+        if result.accepted:
+            stale.append(result.staleness)
+            accepted.add(w)
+        heapq.heappush(heap, (now + times[w], w, state.version))
+    return state.version / now, float(np.mean(stale)), accepted
+
+
+@pytest.mark.parametrize("times, k, bound", [
+    ([0.1] * 8, 2, None),
+    ([0.1, 0.1, 0.2, 0.4] * 2, 2, None),
+    ([0.1, 0.13, 0.17, 0.2, 0.35, 0.5], 3, None),
+    ([0.1, 0.1, 0.1, 2.0], 1, 4),         # the slow worker's gradients are dropped
+])
+def test_kasync_forecast_matches_a_timing_run_of_the_reference_state(times, k, bound):
+    rule = Rule(k=k, wait=False, max_staleness=bound)
+    f = goodput.forecast(rule, times, [32] * len(times), noise_scale=50.0, tolerance=4.0)
+    rate, mean_stale, accepted = _simulated_kasync(times, k, bound)
+    assert f.updates_per_s == pytest.approx(rate, rel=0.05)
+    assert f.staleness == pytest.approx(mean_stale, rel=0.15, abs=0.2)
+    assert f.contributors == len(accepted)
+
+
+def test_exposure_scales_the_predicted_staleness():
+    rule = Rule(k=2, wait=False)
+    whole = goodput.forecast(rule, [0.1] * 8, [32] * 8, 50.0, 4.0)
+    part = goodput.forecast(rule, [0.1] * 8, [32] * 8, 50.0, 4.0, exposure=0.25)
+    assert part.staleness == pytest.approx(whole.staleness / 4)
+    assert part.goodput > whole.goodput
+
+
+# -- decisions ---------------------------------------------------------------------------
+
+def _observe(times, noise_scale=None, rule=None, staleness_mean=None, policy=None):
+    policy = policy or ksync.Goodput()
+    n = len(times)
+    context = ksync.Context(num_workers=n, rule=rule or policy.rule(n))
+    observation = ksync.Observation(version=20, iteration_times=tuple(times),
+                                    live_workers=tuple(range(n)), noise_scale=noise_scale,
+                                    staleness_mean=staleness_mean,
+                                    batch_sizes=(32.0,) * n)
+    return policy.observe(observation, context)
+
+
+def test_a_larger_noise_scale_never_makes_updates_smaller():
+    times = [0.1, 0.1, 0.2, 0.4] * 2
+    sizes = []
+    for scale in (20.0, 200.0, 2000.0, 20000.0):
+        proposal = _observe(times, noise_scale=scale)
+        rule = proposal[0] if proposal else ksync.BSP().rule(8)
+        sizes.append(rule.k)
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+def test_a_straggler_is_not_waited_for():
+    rule, reason = _observe([0.1] * 7 + [1.5], noise_scale=2000.0)
+    if rule.wait:
+        assert rule.k <= 7
+    else:
+        f = goodput.forecast(rule, [0.1] * 7 + [1.5], [32] * 8, 2000.0 * 0.1 / 1.9, 4.0)
+        assert f.contributors == 7
+    assert "noise scale 2000 (measured" in reason and "runner-up" in reason
+
+
+def test_hysteresis_keeps_a_rule_that_is_nearly_as_good():
+    times = [0.1, 0.1, 0.2, 0.4] * 2
+    best, _ = _observe(times, noise_scale=300.0)
+    assert _observe(times, noise_scale=300.0, rule=best) is None
+    policy = ksync.Goodput(hysteresis=10.0)   # nothing is ten times better than BSP here
+    assert _observe([0.1] * 8, noise_scale=300.0, policy=policy) is None
+
+
+def test_measured_staleness_below_the_whole_step_prediction_is_read_as_exposure():
+    policy = ksync.Goodput()
+    times = [0.1] * 8
+    rule = Rule(k=2, wait=False, max_staleness=8)
+    observation = ksync.Observation(version=20, iteration_times=tuple(times),
+                                    live_workers=tuple(range(8)), staleness_mean=0.35)
+    context = ksync.Context(num_workers=8, rule=rule)
+    assert policy.exposure(observation, context) == pytest.approx(0.1)
+    context = ksync.Context(num_workers=8, rule=ksync.BSP().rule(8))
+    assert policy.exposure(observation, context) == 1.0   # BSP shows no staleness
+
+
+def test_goodput_by_name_and_bad_arguments():
+    assert ksync.parse("goodput:staleness_tolerance=3").staleness_tolerance == 3.0
+    for bad in (dict(momentum=1.0), dict(staleness_tolerance=0), dict(noise_scale=-1),
+                dict(hysteresis=-0.1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ksync.Goodput(**bad)
+
+
+# -- the controller and the simulator ----------------------------------------------------
+
+def test_controller_gives_the_policy_the_windowed_noise_scale_and_batches():
+    seen = []
+
+    class Spy(ksync.Policy):
+        name, refresh_every, first_refresh = "spy", 10, 2
+
+        def _rule(self, n):
+            return Rule(k=n, wait=True, max_staleness=0)
+
+        def observe(self, observation, context):
+            seen.append(observation)
+            return None
+
+    controller = RuleController(Spy(), num_workers=2)
+    m = lambda v, sums, pushes, samples: Measurement(  # noqa: E731
+        v, live_workers=(0, 1), iteration_times=(0.1, 0.1), worker_pushes=pushes,
+        worker_samples=samples, noise_sums=sums, staleness_hist=(sum(pushes),))
+    controller.refresh(m(0, (0.0, 0.0), (0, 0), (0, 0)))
+    controller.refresh(m(1, (1.0, 100.0), (1, 1), (32, 16)))   # before first_refresh
+    assert not seen
+    controller.refresh(m(2, (2.0, 300.0), (2, 2), (64, 32)))
+    assert seen[-1].noise_scale == pytest.approx(150.0)
+    assert seen[-1].batch_sizes == (32.0, 16.0)
+    assert seen[-1].staleness_mean == 0.0
+    controller.refresh(m(12, (3.0, 600.0), (4, 4), (128, 64)))
+    # The earlier window fades by NOISE_MEMORY: (0.8 * 300 + 300) / (0.8 * 2 + 1).
+    assert seen[-1].noise_scale == pytest.approx(540 / 2.6)
+
+
+def test_the_simulator_measures_the_noise_scale_and_goodput_acts_on_it():
+    from cluster_sim.sim.engine import SimConfig, Simulation
+    sim = Simulation(ksync.Goodput(refresh_every=10),
+                     SimConfig(num_workers=4, max_pushes=400, eval_every=100,
+                               stop_at_target=False))
+    result = sim.run()
+    assert result["applied"] + result["dropped"] + result["pending"] == result["pushed"]
+    signal, trace = sim.noise_sums
+    assert signal > 0 and trace > 0
+    reasons = [h["reason"] for h in result["k_history"][1:]]
+    assert reasons and "(measured;" in reasons[0]
