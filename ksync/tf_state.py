@@ -78,6 +78,12 @@ def _scale(grad, factor):
     return tf.cast(factor, grad.dtype) * grad
 
 
+def _sq_norm(grad):
+    """Squared L2 norm of a gradient (float64 scalar)."""
+    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    return tf.reduce_sum(tf.square(tf.cast(values, tf.float64)))
+
+
 def _all_finite(grad):
     values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
     return tf.reduce_all(tf.math.is_finite(values))
@@ -128,6 +134,11 @@ class PSUpdateState:
             self.worker_sums = var(tf.zeros([w, len(WORKER_SUMS)], tf.float64), "worker_sums")
             self.worker_last = var(tf.zeros([w, len(WORKER_LAST)], tf.float64), "worker_last")
             self.staleness_hist = var(tf.zeros([w, STALENESS_BINS], tf.int64), "staleness")
+            # The gradient noise scale's statistics (`ksync.noise`): the open round's
+            # gradients (count, sum of squared norms, sum of 1 / samples), and the
+            # committed rounds' summed (|G|^2, tr(S)) estimates.
+            self.noise_round = var(tf.zeros([3], tf.float64), "noise_round")
+            self.noise_sums = var(tf.zeros([2], tf.float64), "noise_sums")
             self.critical_section = tf.CriticalSection(name="ksync_push")
 
     def read_version(self):
@@ -145,12 +156,13 @@ class PSUpdateState:
         sizes = [len(COUNTERS), 5, w, w * STALENESS_BINS]
         counters, rule, contributed, hist = np.split(ints, np.cumsum(sizes)[:-1])
         hist = hist.reshape(w, STALENESS_BINS)
+        floats, noise = floats[:-2], floats[-2:]
         sums, last = np.split(floats.reshape(w, -1), [len(WORKER_SUMS)], axis=1)
         out = dict(zip(COUNTERS, (int(x) for x in counters)))
         out.update(k=int(rule[_K]), wait=bool(rule[_WAIT]), max_staleness=int(rule[_MAX_S]),
                    downweight=bool(rule[_DOWNWEIGHT]),
                    staleness_scaling=bool(rule[_SCALING]), contributed=contributed,
-                   staleness_hist=hist)
+                   staleness_hist=hist, noise_sums=noise)
         out.update({name: sums[:, i] for i, name in enumerate(WORKER_SUMS)})
         out.update({name: last[:, i] for i, name in enumerate(WORKER_LAST)})
         for name in ("worker_pushes", "worker_dropped"):
@@ -165,8 +177,9 @@ class PSUpdateState:
         ints = tf.concat([self.counter_vec.read_value(), self.rule_vec.read_value(),
                           self.contributed.read_value(),
                           tf.reshape(self.staleness_hist.read_value(), [-1])], axis=0)
-        floats = tf.reshape(tf.concat([self.worker_sums.read_value(),
-                                       self.worker_last.read_value()], axis=1), [-1])
+        floats = tf.concat([tf.reshape(tf.concat([self.worker_sums.read_value(),
+                                                  self.worker_last.read_value()], axis=1),
+                                       [-1]), self.noise_sums.read_value()], axis=0)
         return ints, floats
 
     def gate_state(self) -> dict:
@@ -217,11 +230,13 @@ class PSUpdateState:
                 self._shard_sections[device] = tf.CriticalSection(name="ksync_shard")
         return self._shard_sections[device]
 
-    def _on_shards(self, updates, work, locked=True):
+    def _on_shards(self, updates, work, locked=True, values=False):
         """Run ``work(indices)`` on each PS task holding some of ``updates``' variables,
-        in parallel; returns the ops. ``locked``: the rule task's own shard runs under
-        the rule's lock, which its caller holds; every other shard under its own lock,
-        so nothing crosses tasks inside a lock but the decision's few scalars."""
+        in parallel; returns the ops (``values``: ``work`` returns scalars, and each
+        task's sum of them is returned instead). ``locked``: the rule task's own shard
+        runs under the rule's lock, which its caller holds; every other shard under its
+        own lock, so nothing crosses tasks inside a lock but the decision's few
+        scalars."""
         by_task, devices = collections.defaultdict(list), {}
         for i, (_, var, _) in enumerate(updates):
             task = _task(var.device)
@@ -232,7 +247,7 @@ class PSUpdateState:
             device = devices[task]
             def shard(indices=indices, device=device):
                 with tf.device(device):
-                    return tf.group(work(indices))
+                    return tf.add_n(work(indices)) if values else tf.group(work(indices))
             # The variable's resolved device, not self.device: "/device:CPU:0" in a
             # process connected to a cluster is "/job:chief/...", and a second lock
             # taken on the task of the first, inside it, would deadlock.
@@ -278,15 +293,20 @@ class PSUpdateState:
         # gradient to its variable's task: a lock is taken only once the inputs are
         # there, so a worker frozen or killed mid-push can never hold it (and every
         # other worker) while its tensors are on the way.
+        # The gradient's squared norm (for the noise scale) is summed on the worker,
+        # where the gradient is, and crosses as one more scalar.
+        sq_norm = tf.add_n([_sq_norm(g) for g in grads])
         grads = [_copy_to(g, v.device) for (_, v, _), g in zip(updates, grads)]
         # The push's scalars travel as one tensor: each tensor crossing to the PS is
         # one more transfer per step.
         meta = tf.stack([tf.cast(finite, tf.float64), tf.cast(samples, tf.float64),
-                         tf.cast(iteration_time, tf.float64), tf.cast(worker, tf.float64)])
+                         tf.cast(iteration_time, tf.float64), tf.cast(worker, tf.float64),
+                         sq_norm])
         with tf.device(self.device):
             meta, version_read = tf.identity(meta), tf.identity(version_read)
             finite, samples, iteration_time = meta[0] > 0, tf.cast(meta[1], tf.float32), meta[2]
             worker = tf.reshape(tf.cast(meta[3], tf.int64), [1, 1])
+            sq_norm = meta[4]
         updates = [(fn, v, g) for (fn, v, _), g in zip(updates, grads)]
 
         def body():
@@ -316,19 +336,25 @@ class PSUpdateState:
                 shard_ops = []  # applied after the lock is released, below
             else:
                 def add(indices):
-                    ops = []
+                    # Each shard adds the gradient and, when the round commits, the
+                    # squared norm of its part of the round's aggregate (one pass over
+                    # the shard a round, for the noise scale).
+                    sums = []
                     for i in indices:
                         acc, g = accumulators[i], updates[i][2]
                         if isinstance(g, tf.IndexedSlices):
                             # tf.where, not a multiply: a rejected gradient may hold NaN.
                             values = tf.where(accepted, _scale(g, weight * samples).values,
                                               tf.zeros_like(g.values))
-                            ops.append(acc.scatter_add(tf.IndexedSlices(values, g.indices)))
+                            op = acc.scatter_add(tf.IndexedSlices(values, g.indices))
                         else:
-                            ops.append(acc.assign_add(tf.where(
-                                accepted, _scale(g, weight * samples), tf.zeros_like(g))))
-                    return ops
-                added = self._on_shards(updates, add)
+                            op = acc.assign_add(tf.where(
+                                accepted, _scale(g, weight * samples), tf.zeros_like(g)))
+                        with tf.control_dependencies([op]):
+                            sums.append(tf.cond(commit, lambda acc=acc: _sq_norm(
+                                acc.read_value()), lambda: tf.constant(0.0, tf.float64)))
+                    return sums
+                added = self._on_shards(updates, add, values=True)
                 with tf.control_dependencies(added):
                     shard_ops = [tf.cond(commit, lambda: tf.group(self._apply_round(
                         updates, accumulators, total)), tf.no_op)]
@@ -357,6 +383,8 @@ class PSUpdateState:
                 if not direct:
                     bookkeeping.append(self.pending_samples.assign(
                         tf.where(commit, 0.0, total)))
+                    bookkeeping += self._noise_bookkeeping(
+                        accepted, commit, sq_norm, samples, total, tf.add_n(added))
                 with tf.control_dependencies(bookkeeping):
                     if direct:
                         return self.counter_vec[_V], commit, weight
@@ -384,6 +412,25 @@ class PSUpdateState:
                 tf.device(self.device):
             return tf.identity(version)
 
+    def _noise_bookkeeping(self, accepted, commit, sq_norm, samples, total, agg_sq):
+        """Ops adding an accepted gradient to the open round's noise statistics and, at
+        a commit, the round's (|G|^2, tr(S)) estimate to the sums (`ksync.noise.estimate`,
+        on the round's aggregate of squared norm ``agg_sq`` over ``total`` samples)."""
+        one = tf.where(accepted, tf.stack([tf.constant(1.0, tf.float64), sq_norm,
+                                           1.0 / tf.cast(samples, tf.float64)]),
+                       tf.zeros([3], tf.float64))
+        count, sq_sum, inv_sum = tf.unstack(self.noise_round.read_value() + one)
+        big = tf.cast(total, tf.float64)
+        mean_sq = agg_sq / tf.maximum(big, 1.0) ** 2
+        gap = inv_sum / tf.maximum(count, 1.0) - 1.0 / tf.maximum(big, 1.0)
+        trace = (sq_sum / tf.maximum(count, 1.0) - mean_sq) / tf.where(gap > 0, gap, 1.0)
+        estimate = tf.stack([mean_sq - trace / tf.maximum(big, 1.0), trace])
+        valid = tf.logical_and(tf.logical_and(commit, count >= 2.0), gap > 0)
+        valid = tf.logical_and(valid, tf.reduce_all(tf.math.is_finite(estimate)))
+        return [self.noise_sums.assign_add(tf.where(valid, estimate, tf.zeros([2], tf.float64))),
+                self.noise_round.assign(tf.where(commit, tf.zeros([3], tf.float64),
+                                                 tf.stack([count, sq_sum, inv_sum])))]
+
     def commit_complete_round(self, updates):
         """Commit the current round if it already holds K gradients (K was lowered
         after they arrived: a worker died, or the others have no steps left); returns
@@ -400,12 +447,14 @@ class PSUpdateState:
             def apply():
                 with tf.control_dependencies(self._apply_round(updates, accumulators, total)):
                     with tf.device(self.device):
+                        # A round completed by a lowered K gives no noise estimate.
                         return tf.group(
                             self.counter_vec.assign_add(tf.stack([
                                 tf.constant(1, tf.int64), tf.constant(0, tf.int64), pending,
                                 tf.constant(0, tf.int64), tf.constant(0, tf.int64),
                                 -pending])),
-                            self.pending_samples.assign(0.0))
+                            self.pending_samples.assign(0.0),
+                            self.noise_round.assign(tf.zeros([3], tf.float64)))
 
             with tf.control_dependencies([tf.cond(commit, apply, tf.no_op)]):
                 return tf.identity(commit)

@@ -1,6 +1,7 @@
 """Turn the PS counters into the `KSyncStrategy.telemetry()` dictionary."""
 
 from ksync.controller import staleness_quantile
+from ksync.noise import noise_scale
 
 
 def build_telemetry(counters: dict, controller, busy_s=None, steps=None) -> dict:
@@ -61,6 +62,9 @@ def build_telemetry(counters: dict, controller, busy_s=None, steps=None) -> dict
         "staleness_histogram": all_hist.tolist(),
         "staleness_p50": staleness_quantile(all_hist, 0.5),
         "staleness_p95": staleness_quantile(all_hist, 0.95),
+        # B_simple over every committed round (`ksync.noise`); None: not measurable
+        # (rounds of one gradient only) or noise dominating the estimate.
+        "noise_scale": noise_scale(*c["noise_sums"]) if "noise_sums" in c else None,
         "workers": workers,
         "policy": repr(controller.policy),
         "rule": controller.rule.describe(),

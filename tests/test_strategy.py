@@ -37,7 +37,7 @@ def check_counters(t):
 @pytest.mark.parametrize("policy, lr", [
     (ksync.BSP(), 0.15), (ksync.ASP(), 0.05), (ksync.SSP(max_staleness=1), 0.05),
     (ksync.KSync(k=2), 0.1), (ksync.KAsync(k=2), 0.1), (ksync.BackupWorkers(backups=1), 0.1),
-    (ksync.Adaptive(refresh_every=10), 0.1)], ids=repr)
+    (ksync.Adaptive(refresh_every=10), 0.1), (ksync.Goodput(refresh_every=10), 0.1)], ids=repr)
 def test_policy_trains_digits_with_unmodified_fit(cluster, policy, lr):
     strategy, model, history = fit_digits(cluster, policy, lr=lr)
     _, accuracy = model.evaluate(DATA.test_dataset(), steps=1, verbose=0)
@@ -46,14 +46,21 @@ def test_policy_trains_digits_with_unmodified_fit(cluster, policy, lr):
     t = strategy.telemetry()
     check_counters(t)
     rule = strategy.rule
-    if isinstance(policy, ksync.Adaptive):
+    adapts = isinstance(policy, (ksync.Adaptive, ksync.Goodput))
+    if adapts:
         assert len(t["k_history"]) >= 1 and t["explanation"]
         assert t["version"] >= t["applied"] // NUM_WORKERS
     else:
         assert t["applied"] == t["version"] * rule.k  # every commit took exactly K
-    if rule.wait and not isinstance(policy, ksync.Adaptive):
+    if isinstance(policy, ksync.Goodput):
+        # It leaves BSP at its first decision, after 5 updates, and says why in numbers.
+        second = t["k_history"][1]
+        assert "noise scale" in second["reason"] and second["version"] <= 20
+    if rule.wait and not adapts:
         assert t["staleness_histogram"][0] == t["applied"] + t["pending"]
     if isinstance(policy, ksync.BSP):
+        # Rounds of 3 gradients of 32 samples: the PS measured the noise scale.
+        assert t["noise_scale"] is not None and t["noise_scale"] > 0
         assert t["dropped"] == 0 and t["pending"] == 0
         assert all(w["pushes"] == PUSHES // NUM_WORKERS for w in t["workers"])
     if isinstance(policy, ksync.SSP):

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import ksync
+from ksync.noise import RoundNoise
 from ksync.tf_state import PSUpdateState
 
 # The local CPU of whatever job this process plays (tests may have connected it to a
@@ -59,28 +60,37 @@ def test_tf_state_matches_reference(policy):
     rng = random.Random(7)
     expected = np.zeros(2)
     round_grads = []
+    # The noise scale's statistics, as the simulator computes them (`ksync.noise`).
+    round_noise, noise_sums = RoundNoise(), np.zeros(2)
     for _ in range(60):
         worker = rng.randrange(num_workers)
         v_read = max(0, reference.version - rng.randrange(4))
         samples = float(rng.choice([8, 16, 32]))
         finite = rng.random() > 0.1
-        grad = np.array([rng.uniform(-1, 1), np.nan if not finite else 1.0])
+        grad = np.array([rng.uniform(-1, 1), np.nan if not finite else 1.0],
+                        np.float32).astype(np.float64)
         result = reference.push(worker, v_read, samples, finite=finite)
         push(tf.constant(grad, tf.float32), tf.constant(v_read, tf.int64),
              tf.constant(samples), tf.constant(worker, tf.int64))
         if result.accepted:
             round_grads.append((result.weight * samples * grad, samples))
+            round_noise.add(float(grad @ grad), samples)
         if result.committed:
             total = sum(s for _, s in round_grads)
-            expected -= sum(g for g, _ in round_grads) / total
-            round_grads = []
+            mean = sum(g for g, _ in round_grads) / total
+            expected -= mean
+            noise_sums += round_noise.estimate(float(mean @ mean))
+            round_grads, round_noise = [], RoundNoise()
         c = state.counters()
         assert (c["version"], c["pushed"], c["applied"], c["dropped"], c["pending"],
                 c["nonfinite"]) == (reference.version, reference.pushed, reference.applied,
                                     reference.dropped, reference.pending,
                                     reference.nonfinite)
         assert list(c["contributed"]) == reference.contributed
+        np.testing.assert_allclose(c["noise_sums"], noise_sums, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(var.numpy(), expected, rtol=1e-5, atol=1e-6)
+    if rule.k > 1 and not isinstance(policy, ksync.Ringmaster):
+        assert noise_sums[1] != 0   # the comparison above compared something
     assert np.isfinite(var.numpy()).all()
 
 
