@@ -107,6 +107,14 @@ class _GatedClosureQueue:
         """Workers running a step now."""
         return set(self._started)
 
+    def may_wait_in_graph(self, worker) -> bool:
+        """Whether ``worker`` runs a step now whose function may wait in the graph for
+        a round (several pushes, or pushes not known); a step of one push or none
+        comes back to the gate instead."""
+        started = self._started.get(worker)
+        return started is not None and \
+            self._strategy.pushes_per_call(started[1]) not in (0, 1)
+
     def has_queued(self) -> bool:
         """Whether steps are waiting for a worker to take them."""
         return not self._queue._queue.empty()
@@ -208,9 +216,18 @@ class _GatedClosureQueue:
             # PS unreachable: let the closure run, so TensorFlow's own failure handling
             # (retry, or report to the user) sees the error instead of a silent wait.
             return True
-        # A worker waits only while the round it joined still needs others' gradients;
-        # a round that became complete when K was lowered commits on the next push.
-        return int(gate["contributed"][worker]) != gate["version"] or gate["complete"]
+        if int(gate["contributed"][worker]) != gate["version"]:
+            return True  # the round it joined has committed
+        if not gate["complete"]:
+            return False  # it joined the open round, which still needs others' gradients
+        # The round holds K gradients but has not committed: K was lowered after they
+        # arrived. A step that waits in the graph commits it (`wait_turn`): K lowered
+        # for the workers with steps left is only ever for such steps, so wait for it
+        # rather than push a second gradient into the round. Otherwise (a worker died,
+        # or a policy lowered K, with one push per step) only a push commits it: the
+        # next one does.
+        return not (self._strategy.rule_capped_for_work()
+                    or any(self.may_wait_in_graph(w) for w in list(self._started)))
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
@@ -309,6 +326,11 @@ class KSyncCoordinator(cc.ClusterCoordinator):
             return None
         running = queue.running_workers()
         return [w for w in self.live_workers() if w in running]
+
+    def may_wait_in_graph(self, worker) -> bool:
+        """Whether ``worker`` runs a step that may wait in the graph for its round
+        (`_GatedClosureQueue.may_wait_in_graph`)."""
+        return self._cluster.closure_queue.may_wait_in_graph(worker)
 
     def live_workers(self):
         """Indices of workers with no unrecovered failure."""

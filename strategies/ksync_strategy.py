@@ -382,13 +382,24 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             self.rule_lock.release()
 
     def _blocked_workers(self, counters):
-        """The workers with steps left, when every one of them waits in the graph for
-        a round that nobody else can complete (else None)."""
+        """The workers with steps left, when every one of them has joined the current
+        round and some wait in the graph for a round that nobody else can complete
+        (else None).
+
+        A worker running a step of one push (``steps_per_execution=1``) does not wait
+        in its graph: once it has pushed, it finishes the step and waits at the
+        coordinator's gate, so nothing is blocked and K stays. No step queued is then
+        no sign that the others have no work left (under load the chief schedules
+        steps more slowly than workers finish them), and lowering K would let that
+        worker through the gate into the round it already joined."""
         if not self._waits_in_graph:
             return None
-        with_work = self.coordinator.workers_with_work()
+        coordinator = self.coordinator
+        with_work = coordinator.workers_with_work()
         version = counters["version"]
         if not with_work or any(counters["contributed"][w] != version for w in with_work):
+            return None
+        if not any(coordinator.may_wait_in_graph(w) for w in with_work):
             return None
         return tuple(with_work)
 

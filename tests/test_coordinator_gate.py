@@ -1,0 +1,277 @@
+"""The chief's k-sync gate (`strategies.coordinator`) without a cluster.
+
+The gate, the strategy's rule refresh and the K cap for the workers with steps left run
+here as they do in `KSyncStrategy`, against the reference PS state
+(`ksync.state.UpdateState`) in place of the TensorFlow one and a closure queue in place
+of TensorFlow's. Each worker is a thread of its own, as in `ClusterCoordinator`, and the
+order of every event is set by the test: no timing decides an outcome.
+"""
+
+import concurrent.futures
+import queue
+import threading
+import types
+
+import numpy as np
+import pytest
+
+import ksync
+from ksync.state import UpdateState
+from strategies.coordinator import KSyncCoordinator, _GatedClosureQueue
+from strategies.ksync_strategy import KSyncStrategy
+
+N = 3
+BINS = 17
+
+
+class Closure:
+    """A scheduled step; ``pushes`` as `KSyncStrategy.pushes_per_call` would tell it
+    (1: one step of `model.fit`; None: several steps in a loop, which wait in the graph)."""
+
+    def __init__(self, pushes=1):
+        self.pushes = pushes
+
+
+class TFClosureQueue:
+    """What the gate uses of TensorFlow's `_CoordinatedClosureQueue`."""
+
+    def __init__(self):
+        self._should_process_closures = True
+        self._queue = queue.Queue()
+        self._tagged_queue = [queue.Queue() for _ in range(N)]
+
+    def get(self, timeout=None, tag=None):
+        try:
+            return self._queue.get(timeout=10 if timeout is None else timeout)
+        except queue.Empty:
+            return None
+
+    def mark_finished(self):
+        pass
+
+    def put_back(self, closure):
+        self._queue.put(closure)
+
+
+class PS:
+    """The PS state through the calls the chief makes (`PSUpdateState.gate_state`,
+    `counters`, `set_rule`), on the reference state."""
+
+    def __init__(self, rule):
+        self.ref = UpdateState(N, rule)
+        self.samples = [0.0] * N
+
+    def push(self, worker):
+        self.samples[worker] += 32
+        return self.ref.push(worker, version_read=self.ref.version, samples=32)
+
+    def gate_state(self):
+        r = self.ref
+        return dict(version=r.version, pending=r.pending, k=r.rule.k,
+                    complete=r.pending >= r.rule.k, contributed=np.array(r.contributed))
+
+    def counters(self):
+        r = self.ref
+        return dict(version=r.version, contributed=np.array(r.contributed),
+                    staleness_hist=np.zeros((N, BINS), np.int64),
+                    worker_samples=np.array(self.samples), noise_sums=np.zeros(0))
+
+    def set_rule(self, rule):
+        self.ref.set_rule(rule)
+
+
+class Strategy:
+    """`KSyncStrategy`'s refresh and gate methods over a fake PS and coordinator."""
+
+    refresh_rule = KSyncStrategy.refresh_rule
+    _blocked_workers = KSyncStrategy._blocked_workers
+    rule_capped_for_work = KSyncStrategy.rule_capped_for_work
+    _live_workers = KSyncStrategy._live_workers
+    rule = KSyncStrategy.rule
+    refresh_every = KSyncStrategy.refresh_every
+
+    def __init__(self, policy):
+        self.controller = ksync.RuleController(policy, N)
+        self._state = PS(self.controller.rule)
+        self.rule_lock = threading.Lock()
+        self._waits_in_graph = True  # as after the first push traced under a waiting rule
+        self._loss = None
+        self._allocation = None
+        self.tf_queue = TFClosureQueue()
+        self.queue = _GatedClosureQueue(self.tf_queue, self, N)
+        coordinator = object.__new__(KSyncCoordinator)  # no cluster to connect to
+        coordinator._cluster = types.SimpleNamespace(
+            closure_queue=self.queue, stop=lambda: None,
+            workers=[types.SimpleNamespace(worker_index=w, _is_dead_with_error=False)
+                     for w in range(N)])
+        self.coordinator = coordinator
+
+    def gate_state(self):
+        return self._state.gate_state()
+
+    def pushes_per_call(self, closure):
+        return closure.pushes
+
+
+class Chief:
+    """A strategy and one thread per worker taking steps through the gate."""
+
+    def __init__(self, policy=None):
+        self.strategy = Strategy(policy or ksync.BSP())
+        self.queue = self.strategy.queue
+        self.ps = self.strategy._state
+        self.threads = [concurrent.futures.ThreadPoolExecutor(1) for _ in range(N)]
+        self.taking = [None] * N  # each worker's call of `get` under way
+
+    def schedule(self, *closures):
+        for closure in closures:
+            self.strategy.tf_queue._queue.put(closure)
+
+    def take(self, worker):
+        """The worker's thread asks for its next step (through the gate)."""
+        self.taking[worker] = self.threads[worker].submit(self.queue.get, None, worker)
+
+    def took(self, worker, timeout=10):
+        closure, self.taking[worker] = self.taking[worker].result(timeout), None
+        assert closure is not None
+        return closure
+
+    def push_and_finish(self, worker):
+        """The worker's running step pushes its gradient and ends."""
+        self.ps.push(worker)
+        self.threads[worker].submit(self.queue.mark_finished).result(10)
+
+    def may_start(self, worker):
+        """The gate's answer for ``worker`` now, from a fresh read of the PS (here the
+        fake PS changes without a step finishing, which is what moves the generation)."""
+        with self.queue._changed:
+            self.queue._generation += 1
+            seen = self.queue._generation
+        return self.queue._may_start(worker, seen, read=True)
+
+    def refresh(self):
+        """A refresh of the rule (the monitor's tick, or a worker's 0.5 s re-check)."""
+        done = self.queue.reads["refresh"]
+        self.queue._refresh(wait=True)  # logs an error and keeps the rule if it failed
+        assert self.queue.reads["refresh"] > done, "the refresh failed (see the log)"
+
+    def close(self):
+        self.strategy.tf_queue._should_process_closures = False
+        with self.queue._changed:
+            self.queue._generation += 1
+            self.queue._changed.notify_all()
+        self.schedule(*[Closure() for _ in range(N)])
+        for thread in self.threads:
+            thread.shutdown(wait=True)
+
+
+@pytest.fixture
+def chief():
+    chiefs = []
+
+    def make(policy=None):
+        chiefs.append(Chief(policy))
+        return chiefs[-1]
+
+    yield make
+    for c in chiefs:
+        c.close()
+
+
+def start_round(c, *workers):
+    """``workers`` each take one step of the queued ones (the first round is open)."""
+    c.schedule(*[Closure() for _ in workers])
+    for w in workers:
+        c.take(w)
+        c.took(w)
+
+
+def test_a_step_that_pushed_and_no_step_queued_keep_k(chief):
+    """The failure seen under load: BSP through `model.fit` (one push per step). Worker 0
+    has pushed into the open round and is finishing its step; the others passed the gate
+    and wait for steps the chief has not scheduled yet. A refresh then must not lower K
+    to worker 0 alone: the round would be complete, the gate would let worker 0 through
+    and its next step would push a second gradient into the round."""
+    c = chief()
+    start_round(c, 0)
+    c.take(1)
+    c.take(2)  # passed the gate, waiting for a step
+    c.ps.push(0)
+    assert c.strategy.coordinator.workers_with_work() == [0]
+    c.refresh()
+    assert c.strategy.rule.k == N and not c.strategy.rule_capped_for_work()
+    c.threads[0].submit(c.queue.mark_finished).result(10)
+    assert not c.may_start(0)
+    c.take(0)
+    # The chief catches up: the two steps go to the workers that have not pushed.
+    c.schedule(Closure(), Closure())
+    c.took(1)
+    c.took(2)
+    assert not c.may_start(0) and not c.taking[0].done()
+    c.push_and_finish(1)
+    assert not c.may_start(0)
+    c.push_and_finish(2)
+    assert c.ps.ref.version == 1 and c.ps.ref.contributed == [0, 0, 0]
+    assert c.may_start(0)
+    c.schedule(Closure())
+    c.took(0)
+
+
+def lowered_for_a_step_waiting_in_the_graph(c):
+    """Worker 0 runs several steps in one function and waits in its graph for the round;
+    worker 1's step (one push) has pushed into it too; worker 2 waits for a step and none
+    is queued: K drops to worker 0, the round is complete."""
+    c.schedule(Closure(pushes=None), Closure())
+    c.take(0)
+    c.took(0)
+    c.take(1)
+    c.took(1)
+    c.push_and_finish(1)
+    c.ps.push(0)
+    c.take(2)
+    c.refresh()
+    assert c.strategy.rule.k == 1 and c.strategy.rule_capped_for_work()
+    assert c.ps.gate_state()["complete"]
+
+
+def test_a_round_completed_for_steps_waiting_in_the_graph_is_theirs_to_commit(chief):
+    """A worker at the gate whose gradient is in that round waits for worker 0's wait
+    in the graph to commit it, rather than push a second gradient into it."""
+    c = chief()
+    lowered_for_a_step_waiting_in_the_graph(c)
+    assert not c.may_start(1)
+    assert c.ps.ref.commit_complete_round()  # worker 0's `PSUpdateState.wait_turn`
+    assert c.may_start(1)
+
+
+def test_a_read_made_while_k_was_lowered_for_work_does_not_open_the_gate(chief):
+    """K goes back up (a step arrived) between a worker's read of the PS, which saw the
+    round complete, and its decision: the round is no longer complete, it must wait."""
+    c = chief()
+    lowered_for_a_step_waiting_in_the_graph(c)
+    with c.queue._changed:
+        seen = c.queue._generation
+    c.queue._gate_snapshot(seen)
+    c.schedule(Closure())
+    c.took(2)
+    assert c.strategy.rule.k == N and not c.strategy.rule_capped_for_work()
+    assert not c.queue._may_start(1, seen)
+    c.push_and_finish(2)
+    assert c.ps.ref.version == 1 and c.may_start(1)
+
+
+def test_a_round_completed_when_a_worker_died_commits_on_the_next_push(chief):
+    """K lowered to the live workers after their gradients arrived, with one push per
+    step: only a push can commit the round, so the gate lets a worker through."""
+    c = chief()
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    c.push_and_finish(1)
+    assert not c.may_start(0) and not c.may_start(1)
+    # Worker 2 fails: TensorFlow re-queues its step (from its thread) and marks it dead.
+    step = c.queue._started[2][1]
+    c.threads[2].submit(c.queue.put_back, step).result(10)
+    c.strategy.coordinator._cluster.workers[2]._is_dead_with_error = True
+    c.refresh()
+    assert c.strategy.rule.k == 2 and not c.strategy.rule_capped_for_work()
+    assert c.may_start(0) and c.may_start(1)
