@@ -201,3 +201,27 @@ def test_the_simulator_measures_the_noise_scale_and_goodput_acts_on_it():
     assert signal > 0 and trace > 0
     reasons = [h["reason"] for h in result["k_history"][1:]]
     assert reasons and "(measured;" in reasons[0]
+
+
+def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
+    import json
+    from cluster_sim.report import standing
+    rows = [{"arm": "BSP", "tta": [10.0, 11.0, 12.0]},
+            {"arm": "KAsync(k=2)", "tta": [5.0, 6.0, None]},
+            {"arm": "KAsync(k=4)", "tta": [4.0, 4.5, 5.0]},
+            {"arm": "KAsync oracle-tuned = KAsync(k=4)", "tta": [4.0, 4.5, 5.0]},
+            {"arm": "Goodput", "tta": [4.4, 4.5, 4.5]}]
+    for name in ("static_sim8", "trace_sim8"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(
+            {"bench": {"rows": rows, "oracle": {"kasync": "KAsync(k=4)"}}}))
+    result = standing.standing(*standing.load([tmp_path]), "Goodput")
+    entry = result["scenarios"]["static_sim8"]
+    assert entry["best"] == "KAsync(k=4)" and entry["vs_best"][0] == pytest.approx(1.0)
+    assert result["geomean"]["Goodput"] == pytest.approx(4.5)
+    assert "KAsync(k=2)" not in result["geomean"]        # an untuned grid value
+    assert result["geomean"]["kasync (tuned)"] == pytest.approx(4.5)
+    text = standing.format_standing(result, "Goodput")
+    assert "| static_sim8 | KAsync(k=4) |" in text
+    with pytest.raises(ValueError, match="no bench results.json"):
+        standing.load([tmp_path / "static_sim8"])

@@ -1,4 +1,4 @@
-"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling|policies``.
+"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling|policies|standing``.
 
 ``policies``: every synchronisation rule, each fixed one tuned, on the 8-worker
 benchmark scenarios, real or simulated (`cluster_sim.cli.bench_policies`).
@@ -21,6 +21,7 @@ import statistics
 import sys
 
 from cluster_sim.cli import bench_policies, overhead, prepare_tensorflow, ps_scaling
+from cluster_sim.report import standing
 
 
 def allocation(args) -> int:
@@ -105,8 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench_policies.add_arguments(sub.add_parser(
         "policies", help="every rule, each fixed one tuned, real or simulated",
         description=bench_policies.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    standing.add_arguments(sub.add_parser(
+        "standing", help="one rule against the oracle-tuned fixed rules of `policies` runs",
+        description=standing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def run(args) -> int:
     return {"overhead": overhead.run, "allocation": allocation, "ps-scaling": ps_scaling.run,
-            "policies": bench_policies.run}[args.bench](args)
+            "policies": bench_policies.run, "standing": standing.run}[args.bench](args)

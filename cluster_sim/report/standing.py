@@ -1,0 +1,121 @@
+"""Where one rule stands across a policy benchmark's scenarios.
+
+The adaptive-rule issue's questions, answered from the ``results.json`` files that
+``python -m cluster_sim bench policies`` writes per scenario: in each scenario, the rule's
+time to target against the *oracle-tuned best fixed rule* (BSP, ASP and every fixed
+family at its best grid value there: what a user who hand-tunes gets) and against BSP,
+as ratios paired by seed with 90 % bootstrap intervals; and across scenarios, the
+geometric mean of each arm's median time to target (a fixed family at its tuned value
+per scenario; never reaching the target counts as infinite).
+
+``python -m cluster_sim bench standing runs/bench_sim8 [--arm Goodput]``
+
+Example:
+
+>>> rows = {"a": {"BSP": [10.0, 12.0], "KAsync(k=2)": [4.0, 5.0], "Goodput": [4.2, 4.8]}}
+>>> oracle = {"a": {"kasync": "KAsync(k=2)"}}
+>>> s = standing(rows, oracle, "Goodput")
+>>> s["scenarios"]["a"]["best"], round(s["scenarios"]["a"]["vs_best"][0], 3)
+('KAsync(k=2)', 1.005)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import numpy as np
+
+from cluster_sim.report.stats import as_times, paired_ratio_ci
+
+#: fixed rules without a grid that count as hand-tunable choices.
+FIXED_SINGLE = ("BSP", "ASP")
+
+
+def _median(times) -> float:
+    return float(np.median(as_times(times)))
+
+
+def standing(rows: dict, oracle: dict, arm: str) -> dict:
+    """``rows[scenario][label]`` = per-seed times (seeds aligned across labels);
+    ``oracle[scenario][family]`` = the label of the family's tuned value there."""
+    scenarios, columns = {}, {}
+    for name, by_label in rows.items():
+        fixed = [label for label in (*FIXED_SINGLE, *oracle.get(name, {}).values())
+                 if label in by_label]
+        best = min(fixed, key=lambda label: _median(by_label[label]))
+        entry = {"best": best, "best_tta": _median(by_label[best]),
+                 "bsp_tta": _median(by_label["BSP"]) if "BSP" in by_label else None}
+        if arm in by_label:
+            entry["tta"] = _median(by_label[arm])
+            entry["vs_best"] = paired_ratio_ci(by_label[arm], by_label[best])
+            if "BSP" in by_label:
+                entry["vs_bsp"] = paired_ratio_ci(by_label[arm], by_label["BSP"])
+        scenarios[name] = entry
+        # One column per arm family: a tuned family under its family name.
+        tuned = {label: family for family, label in oracle.get(name, {}).items()}
+        for label, times in by_label.items():
+            if "(" in label and label not in tuned:
+                continue  # a grid value that is not this scenario's tuned one
+            key = f"{tuned[label]} (tuned)" if label in tuned else label
+            columns.setdefault(key, {})[name] = _median(times)
+    names = list(rows)
+    geo = {}
+    for key, medians in columns.items():
+        if len(medians) == len(names):
+            values = [medians[n] for n in names]
+            geo[key] = (math.inf if any(math.isinf(v) for v in values)
+                        else float(math.exp(np.mean(np.log(values)))))
+    return {"scenarios": scenarios, "geomean": dict(sorted(geo.items(), key=lambda kv: kv[1]))}
+
+
+def load(directories) -> tuple[dict, dict]:
+    """``rows`` and ``oracle`` of `standing` from every ``results.json`` under the
+    given bench output directories (one per scenario and worker count)."""
+    rows, oracle = {}, {}
+    for directory in directories:
+        for path in sorted(pathlib.Path(directory).glob("*/results.json")):
+            bench = json.loads(path.read_text()).get("bench")
+            if not bench:
+                continue
+            name = path.parent.name
+            rows[name] = {row["arm"]: row["tta"] for row in bench["rows"]
+                          if " oracle-tuned" not in row["arm"]}
+            oracle[name] = dict(bench.get("oracle") or {})
+    if not rows:
+        raise ValueError(f"no bench results.json under {list(map(str, directories))}; give "
+                         "the --out directory of `python -m cluster_sim bench policies`")
+    return rows, oracle
+
+
+def _cell(value) -> str:
+    return "never" if value is None or math.isinf(value) else f"{value:.2f}"
+
+
+def format_standing(result: dict, arm: str) -> str:
+    """Markdown: the per-scenario table and the geometric means."""
+    lines = [f"| scenario | oracle-tuned best fixed rule | its TTA s | {arm} TTA s | "
+             f"{arm} / best, paired [90% CI] | {arm} / BSP, paired [90% CI] |",
+             "|---|---|---|---|---|---|"]
+    for name, e in result["scenarios"].items():
+        ratio = lambda r: "-" if r is None else f"{_cell(r[0])} [{_cell(r[1])}, {_cell(r[2])}]"  # noqa: E731
+        lines.append(f"| {name} | {e['best']} | {_cell(e['best_tta'])} | "
+                     f"{_cell(e.get('tta'))} | {ratio(e.get('vs_best'))} | "
+                     f"{ratio(e.get('vs_bsp'))} |")
+    lines += ["", "Geometric mean of median TTA over the scenarios (s):", "",
+              "| arm | geometric mean |", "|---|---|"]
+    lines += [f"| {key} | {_cell(value)} |" for key, value in result["geomean"].items()]
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("directories", nargs="+",
+                        help="--out directories of `bench policies` runs")
+    parser.add_argument("--arm", default="Goodput", help="the arm to place (default Goodput)")
+
+
+def run(args) -> int:
+    rows, oracle = load(args.directories)
+    print(format_standing(standing(rows, oracle, args.arm), args.arm))
+    return 0
