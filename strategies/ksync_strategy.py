@@ -372,6 +372,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                 iteration_times=tuple(usual), running_times=tuple(running),
                 staleness_hist=tuple(counters["staleness_hist"].sum(axis=0)),
                 worker_samples=tuple(counters["worker_samples"]), busy_s=tuple(busy),
+                worker_pushes=tuple(counters["staleness_hist"].sum(axis=1)),
+                noise_sums=tuple(counters["noise_sums"]),
                 blocked_workers=self._blocked_workers(counters), loss=self._loss))
             if decision.changed:
                 self._state.set_rule(decision.rule)
