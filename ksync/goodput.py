@@ -146,32 +146,28 @@ def grid(n: int) -> list:
     return sorted(values | {n} | set(range(1, min(n, 4) + 1)))
 
 
-def candidates(step_times, slack: float = 2.0, exposure: float = 1.0) -> list:
-    """The rules `ksync.Goodput` chooses among for these step times: K-sync for every K
-    of `grid` from 2 (BSP included), and K-async for every K of `grid` with a staleness bound
-    that keeps the fastest workers (all of them, or all but the slowest few), ``slack``
-    times the staleness the slowest kept worker is predicted to have (so the ordinary
-    jitter of step times drops nothing, while a paused worker's gradient is dropped);
-    ``exposure`` as for `forecast`.
+def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
+               usual_times=None) -> list:
+    """The rules `ksync.Goodput` chooses among: K-sync for every K of `grid` from 2
+    (BSP included; waiting for the K fastest is how a slow worker is left out), and
+    K-async for every K of `grid` with a staleness bound ``slack`` times the staleness
+    the slowest worker has at its usual step time (``usual_times``, default
+    ``step_times``): every worker that keeps its pace contributes, and a gradient from a
+    step that stalled (a paused or suddenly slowed worker) arrives beyond the bound and
+    is dropped. ``exposure`` as for `forecast`.
 
     >>> [r.describe() for r in candidates([1.0, 1.0, 4.0])]  # doctest: +NORMALIZE_WHITESPACE
     ['K=2 sync, drop beyond staleness 0', 'K=3 sync, drop beyond staleness 0',
-     'K=2 async, drop beyond staleness 8', 'K=2 async, drop beyond staleness 1',
-     'K=3 async, drop beyond staleness 6', 'K=3 async, drop beyond staleness 1']
+     'K=2 async, drop beyond staleness 8', 'K=3 async, drop beyond staleness 6']
     """
-    times = sorted(float(t) for t in step_times)
+    times = sorted(float(t) for t in (usual_times or step_times))
     n = len(times)
     # K >= 2 (with 2 workers or more): a round of one gradient tells nothing of the
     # gradient noise, so the noise scale could not follow training.
     ks = [k for k in grid(n) if k >= 2] or [1]
     rules = [Rule(k=k, wait=True, max_staleness=0) for k in ks]
+    rate = sum(1.0 / t for t in times)
     for k in ks:
-        for kept in sorted({n} | {n - d for d in grid(n - 1)} if n > 1 else {n}, reverse=True):
-            fastest = times[:kept]
-            rate = sum(1.0 / t for t in fastest)
-            worst = exposure * max(0.0, (rate * fastest[-1] - 1.0) / k)
-            bound = max(1, math.ceil(slack * worst))
-            rule = Rule(k=k, wait=False, max_staleness=bound)
-            if rule not in rules:
-                rules.append(rule)
+        worst = exposure * max(0.0, (rate * times[-1] - 1.0) / k)
+        rules.append(Rule(k=k, wait=False, max_staleness=max(1, math.ceil(slack * worst))))
     return rules

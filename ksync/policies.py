@@ -402,10 +402,12 @@ class Goodput(Policy):
     efficiency ``M / (M + B)``, with ``B`` the gradient noise scale the PS measures
     (`ksync.noise`; it grows as the loss falls, which moves the choice toward larger
     updates) averaged over momentum's horizon, times the mean worth of its gradients'
-    staleness, ``1 / (1 + (s / staleness_tolerance)^3)``. It starts with BSP, which
-    measures the noise scale best (every round holds every worker's gradient), and
-    moves to another rule only when that rule's predicted goodput beats the current
-    one's by more than ``hysteresis``.
+    staleness, ``1 / (1 + (s / staleness_tolerance)^3)``. It starts with the rule the
+    model picks for equal workers whose whole step is exposed, at the noise scale of one
+    BSP update (not with BSP: in the simulated benchmark five BSP updates at the start,
+    then K-async with K = 2, took 1.2x the time of K-async from the start, 3 seeds),
+    decides first after ``first_refresh`` updates, and moves to another rule only when
+    that rule's predicted goodput beats the current one's by more than ``hysteresis``.
 
     Args:
       refresh_every: updates between two decisions.
@@ -418,13 +420,18 @@ class Goodput(Policy):
         true gradients falls to zero there.
       noise_scale: the noise scale ``B_simple`` to assume until the PS has measured one
         (None: the samples of one BSP update).
-      hysteresis: relative goodput gain a new rule needs over the current one.
+      hysteresis: relative goodput gain a new rule needs over the current one (the
+        inputs are noisy: at 0.05 the simulated 64-worker static run changed rule 60
+        to 80 times, flapping between near-equal K; at 0.15, 16 times).
 
-    Example: four workers, one four times slower, a measured noise scale of 600.
+    Example: the rule it starts with, and its decision on four workers, one four times
+    slower, at a measured noise scale of 600 (here from BSP, as a user's earlier rule).
 
     >>> import ksync
     >>> policy = ksync.Goodput()
-    >>> context = ksync.Context(num_workers=4, rule=policy.rule(4))
+    >>> policy.rule(8).describe()
+    'K=2 async, drop beyond staleness 7'
+    >>> context = ksync.Context(num_workers=4, rule=ksync.BSP().rule(4))
     >>> observation = ksync.Observation(version=20, iteration_times=(0.1, 0.1, 0.1, 0.4),
     ...                                 live_workers=(0, 1, 2, 3), noise_scale=600.0)
     >>> rule, reason = policy.observe(observation, context)
@@ -437,7 +444,7 @@ class Goodput(Policy):
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
                  staleness_tolerance: float = 4.0, noise_scale: float | None = None,
-                 hysteresis: float = 0.05):
+                 hysteresis: float = 0.15):
         _check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
             raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
@@ -458,14 +465,22 @@ class Goodput(Policy):
         self.hysteresis = float(hysteresis)
 
     def _rule(self, num_workers):
-        return Rule(k=num_workers, wait=True, max_staleness=0)
+        # Before anything is measured: the rule the model picks for equal workers whose
+        # whole step is exposed, at the noise scale of one BSP update (in units of a
+        # worker's batch). Measured speeds, noise and staleness refine it after
+        # ``first_refresh`` updates.
+        from ksync import goodput
+        times, batches = [1.0] * num_workers, [1.0] * num_workers
+        scale = num_workers * (1.0 - self.momentum) / (1.0 + self.momentum)
+        best = max(goodput.candidates(times), key=lambda rule: goodput.forecast(
+            rule, times, batches, scale, self.staleness_tolerance).goodput)
+        return best
 
     def _inputs(self, observation):
         """The live workers' step times and batches, the noise scale ``B_simple`` (and
         whether it was measured) and the noise scale per update under momentum."""
         now = observation.effective_times()
-        live = [w for w in observation.live_workers
-                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
+        live = self._live(observation)
         sizes = observation.batch_sizes
         batches = [float(sizes[w]) if sizes and sizes[w] else 1.0 for w in live]
         measured = observation.noise_scale
@@ -473,6 +488,13 @@ class Goodput(Policy):
             self.noise_scale if self.noise_scale is not None else sum(batches))
         scale = simple * (1.0 - self.momentum) / (1.0 + self.momentum)
         return [now[w] for w in live], batches, simple, measured is not None, scale
+
+    @staticmethod
+    def _live(observation) -> list:
+        """Live workers with a step time (usual or, when stalled, the running one)."""
+        now = observation.effective_times()
+        return [w for w in observation.live_workers
+                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
 
     def exposure(self, observation, context) -> float:
         """The fraction of a step between the parameter read and the push, from the
@@ -498,9 +520,11 @@ class Goodput(Policy):
         if not times:
             return []
         exposure = self.exposure(observation, context)
+        usual = [observation.iteration_times[w] or t
+                 for w, t in zip(self._live(observation), times)]
         out = [goodput.forecast(rule, times, batches, scale, self.staleness_tolerance,
                                 exposure)
-               for rule in goodput.candidates(times, exposure=exposure)]
+               for rule in goodput.candidates(times, exposure=exposure, usual_times=usual)]
         return sorted(out, key=lambda f: -f.goodput)
 
     def observe(self, observation, context):
