@@ -235,5 +235,13 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
     assert result["geomean"]["kasync (tuned)"] == pytest.approx(4.5)
     text = standing.format_standing(result, "Goodput")
     assert "| static_sim8 | KAsync(k=4) |" in text
+    # A later directory's re-run of one arm replaces that arm only.
+    (tmp_path / "rerun" / "static_sim8").mkdir(parents=True)
+    (tmp_path / "rerun" / "static_sim8" / "results.json").write_text(json.dumps(
+        {"bench": {"rows": [{"arm": "Goodput", "tta": [2.0, 2.0, 2.0]}], "oracle": {}}}))
+    rows, oracle = standing.load([tmp_path, tmp_path / "rerun"])
+    assert rows["static_sim8"]["Goodput"] == [2.0, 2.0, 2.0]
+    assert rows["static_sim8"]["BSP"] == [10.0, 11.0, 12.0]
+    assert oracle["static_sim8"] == {"kasync": "KAsync(k=4)"}
     with pytest.raises(ValueError, match="no bench results.json"):
         standing.load([tmp_path / "static_sim8"])

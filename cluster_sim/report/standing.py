@@ -8,7 +8,7 @@ as ratios paired by seed with 90 % bootstrap intervals; and across scenarios, th
 geometric mean of each arm's median time to target (a fixed family at its tuned value
 per scenario; never reaching the target counts as infinite).
 
-``python -m cluster_sim bench standing runs/bench_sim8 [--arm Goodput]``
+``python -m cluster_sim bench standing runs/bench_sim8 [runs/rerun ...] [--arm Goodput]``
 
 Example:
 
@@ -72,17 +72,20 @@ def standing(rows: dict, oracle: dict, arm: str) -> dict:
 
 def load(directories) -> tuple[dict, dict]:
     """``rows`` and ``oracle`` of `standing` from every ``results.json`` under the
-    given bench output directories (one per scenario and worker count)."""
+    given bench output directories (one per scenario and worker count); a later
+    directory's arms replace an earlier one's of the same scenario and name."""
     rows, oracle = {}, {}
     for directory in directories:
         for path in sorted(pathlib.Path(directory).glob("*/results.json")):
             bench = json.loads(path.read_text()).get("bench")
             if not bench:
                 continue
+            # Directories given later add arms to, or replace arms of, a scenario of the
+            # same name: e.g. one rule re-run beside a finished matrix (same seeds).
             name = path.parent.name
-            rows[name] = {row["arm"]: row["tta"] for row in bench["rows"]
-                          if " oracle-tuned" not in row["arm"]}
-            oracle[name] = dict(bench.get("oracle") or {})
+            rows.setdefault(name, {}).update({row["arm"]: row["tta"] for row in bench["rows"]
+                                              if " oracle-tuned" not in row["arm"]})
+            oracle.setdefault(name, {}).update(bench.get("oracle") or {})
     if not rows:
         raise ValueError(f"no bench results.json under {list(map(str, directories))}; give "
                          "the --out directory of `python -m cluster_sim bench policies`")
