@@ -562,6 +562,10 @@ def run(args) -> int:
             raise ValueError("need --scenario, --seeds >= 1 and --workers >= 1")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+        if args.compute_after_read and not args.simulate:
+            raise ValueError("--compute-after-read changes the simulator only (the real "
+                             "harness injects compute in the input pipeline); add "
+                             "--simulate")
         scenarios = {n: load_bench_scenario(n, args) for n in names}
         if args.costs not in ("probe", "none"):
             costs = _load_costs(args.costs)
@@ -601,8 +605,12 @@ def run(args) -> int:
             for n in workers:
                 arms = bench_arms(families, n)
                 config = _sim_config(costs, scenario, run_config, data, n)
+                if args.compute_after_read:
+                    # An accelerator's step: the whole compute on the parameters read.
+                    config = dataclasses.replace(config, input_before_read=False)
                 log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
-                    f"{args.seeds} seed(s)")
+                    f"{args.seeds} seed(s)"
+                    + (", compute after the read" if args.compute_after_read else ""))
                 results = _with_bar(len(arms) * args.seeds, f"{name} n={n}",
                                     lambda bar: run_matrix(
                                         arms, scenario, args.seeds, run_config,
@@ -768,6 +776,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compute-ratio", type=float, default=4.0,
                         help="injected compute of the fastest worker's step over the "
                              "framework cost per step (default 4)")
+    parser.add_argument("--compute-after-read", action="store_true",
+                        help="with --simulate: the injected compute runs after the step "
+                             "reads the parameters, as on an accelerator, so a gradient is "
+                             "as stale as the whole step (default: before the read, as the "
+                             "real harness's input-pipeline delay)")
     parser.add_argument("--us-per-sample", type=float, default=None,
                         help="injected microseconds per sample at speed 1 (default: "
                              "calibrated with --compute-ratio)")
