@@ -171,3 +171,15 @@ def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
         worst = exposure * max(0.0, (rate * times[-1] - 1.0) / k)
         rules.append(Rule(k=k, wait=False, max_staleness=max(1, math.ceil(slack * worst))))
     return rules
+
+
+def rank(step_times, batches, noise_scale: float, tolerance: float, exposure: float = 1.0,
+         usual_times=None) -> list:
+    """Every `candidates` rule's `Forecast`, best goodput first (ties in candidate order).
+
+    >>> rank([0.1] * 8, [32] * 8, noise_scale=60.0, tolerance=4.0)[0].rule.describe()
+    'K=3 async, drop beyond staleness 5'
+    """
+    out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure)
+           for rule in candidates(step_times, exposure=exposure, usual_times=usual_times)]
+    return sorted(out, key=lambda f: -f.goodput)

@@ -49,6 +49,7 @@ A policy of one's own only decides; the controller records its reason:
 import dataclasses
 import inspect
 import math
+import typing
 
 from ksync.rule import Rule
 
@@ -390,6 +391,18 @@ class Adaptive(Policy):
                 "staleness_scaling": self.staleness_scaling}
 
 
+class _GoodputInputs(typing.NamedTuple):
+    """`Goodput`'s inputs from one observation (live workers only)."""
+
+    times: list         # step time now (a stalled step's running time)
+    usual: list         # usual step time
+    batches: list       # samples per step
+    noise_scale: float  # B_simple, measured or assumed
+    measured: bool
+    scale: float        # the noise scale per update under momentum
+    exposure: float
+
+
 class Goodput(Policy):
     """Choose the rule with the highest predicted goodput, every ``refresh_every`` updates.
 
@@ -397,16 +410,15 @@ class Goodput(Policy):
     worth (`ksync.goodput`). From each live worker's measured step time (or, for a
     stalled worker, its running step's time) and batch, the model predicts for every
     candidate rule (K-sync for K on a grid, BSP included; K-async for K on a grid with a
-    staleness bound that keeps all or only the faster workers) the updates per second,
+    staleness bound that drops only a stalled step's gradient) the updates per second,
     the samples per update and each worker's staleness. An update's worth is its batch
     efficiency ``M / (M + B)``, with ``B`` the gradient noise scale the PS measures
     (`ksync.noise`; it grows as the loss falls, which moves the choice toward larger
     updates) averaged over momentum's horizon, times the mean worth of its gradients'
     staleness, ``1 / (1 + (s / staleness_tolerance)^3)``. It starts with the rule the
     model picks for equal workers whose whole step is exposed, at the noise scale of one
-    BSP update (not with BSP: in the simulated benchmark five BSP updates at the start,
-    then K-async with K = 2, took 1.2x the time of K-async from the start, 3 seeds),
-    decides first after ``first_refresh`` updates, and moves to another rule only when
+    BSP update (not with BSP: a synchronous start, then K-async, was slower in the
+    simulated benchmark than K-async from the start), decides first after ``first_refresh`` updates, and moves to another rule only when
     that rule's predicted goodput beats the current one's by more than ``hysteresis``.
 
     Args:
@@ -415,14 +427,12 @@ class Goodput(Policy):
         ``(1 + momentum) / (1 - momentum)`` updates, which divides the noise scale that
         matters per update.
       staleness_tolerance: staleness (in updates) at which a gradient is worth half a
-        fresh one. The default 4 was fitted to the simulated benchmark's homogeneous
-        scenario (SGD, momentum 0.9); it is the staleness at which the correlation of
-        true gradients falls to zero there.
+        fresh one. The default 4 is a constant chosen on the simulated benchmark (SGD,
+        momentum 0.9), not measured online.
       noise_scale: the noise scale ``B_simple`` to assume until the PS has measured one
         (None: the samples of one BSP update).
       hysteresis: relative goodput gain a new rule needs over the current one (the
-        inputs are noisy: at 0.05 the simulated 64-worker static run changed rule 60
-        to 80 times, flapping between near-equal K; at 0.15, 16 times).
+        inputs are noisy, and a small value flaps between near-equal K).
 
     Example: the rule it starts with, and its decision on four workers, one four times
     slower, at a measured noise scale of 600 (here from BSP, as a user's earlier rule).
@@ -470,82 +480,79 @@ class Goodput(Policy):
         # worker's batch). Measured speeds, noise and staleness refine it after
         # ``first_refresh`` updates.
         from ksync import goodput
-        times, batches = [1.0] * num_workers, [1.0] * num_workers
-        scale = num_workers * (1.0 - self.momentum) / (1.0 + self.momentum)
-        best = max(goodput.candidates(times), key=lambda rule: goodput.forecast(
-            rule, times, batches, scale, self.staleness_tolerance).goodput)
-        return best
+        equal = [1.0] * num_workers
+        return goodput.rank(equal, equal, self._per_update(num_workers),
+                            self.staleness_tolerance)[0].rule
 
-    def _inputs(self, observation):
-        """The live workers' step times and batches, the noise scale ``B_simple`` (and
-        whether it was measured) and the noise scale per update under momentum."""
+    def _per_update(self, noise_scale):
+        """The noise scale that matters per update: momentum averages the gradient noise
+        over about (1 + momentum) / (1 - momentum) updates."""
+        return noise_scale * (1.0 - self.momentum) / (1.0 + self.momentum)
+
+    def _inputs(self, observation, context) -> "_GoodputInputs":
+        """What the model needs from ``observation``, each computed once."""
+        from ksync import goodput
         now = observation.effective_times()
-        live = self._live(observation)
+        live = [w for w in observation.live_workers
+                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
         sizes = observation.batch_sizes
+        times = [now[w] for w in live]
         batches = [float(sizes[w]) if sizes and sizes[w] else 1.0 for w in live]
         measured = observation.noise_scale
         simple = measured if measured is not None else (
             self.noise_scale if self.noise_scale is not None else sum(batches))
-        scale = simple * (1.0 - self.momentum) / (1.0 + self.momentum)
-        return [now[w] for w in live], batches, simple, measured is not None, scale
-
-    @staticmethod
-    def _live(observation) -> list:
-        """Live workers with a step time (usual or, when stalled, the running one)."""
-        now = observation.effective_times()
-        return [w for w in observation.live_workers
-                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
+        scale = self._per_update(simple)
+        # Exposure: the staleness measured under the current rule against the staleness
+        # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
+        # every worker in the model); 1 under a waiting rule, which shows none.
+        exposure = 1.0
+        if times and not context.rule.wait and observation.staleness_mean is not None:
+            unbounded = dataclasses.replace(context.rule, max_staleness=None)
+            whole = goodput.forecast(unbounded, times, batches, scale,
+                                     self.staleness_tolerance).staleness
+            if whole > 0:
+                exposure = min(1.0, max(0.05, observation.staleness_mean / whole))
+        usual = [observation.iteration_times[w] or t for w, t in zip(live, times)]
+        return _GoodputInputs(times, usual, batches, simple, measured is not None, scale,
+                              exposure)
 
     def exposure(self, observation, context) -> float:
         """The fraction of a step between the parameter read and the push, from the
         staleness measured under the current rule against the staleness `forecast`
         predicts for a whole step; 1 (a whole step) under a waiting rule, which shows
         none."""
-        from ksync import goodput
-        measured = observation.staleness_mean
-        if context.rule.wait or measured is None:
-            return 1.0
-        times, batches, _, _, scale = self._inputs(observation)
-        # Unbounded: with whole steps exposed a bound may drop every worker in the model.
-        unbounded = dataclasses.replace(context.rule, max_staleness=None)
-        whole = goodput.forecast(unbounded, times, batches, scale,
-                                 self.staleness_tolerance).staleness if times else 0.0
-        return min(1.0, max(0.05, measured / whole)) if whole > 0 else 1.0
+        return self._inputs(observation, context).exposure
 
     def forecasts(self, observation, context) -> list:
         """Every candidate's `ksync.goodput.Forecast` on ``observation``, best first
         (empty while no live worker has a step time)."""
+        return self._rank(self._inputs(observation, context))
+
+    def _rank(self, inputs):
         from ksync import goodput
-        times, batches, _, _, scale = self._inputs(observation)
-        if not times:
+        if not inputs.times:
             return []
-        exposure = self.exposure(observation, context)
-        usual = [observation.iteration_times[w] or t
-                 for w, t in zip(self._live(observation), times)]
-        out = [goodput.forecast(rule, times, batches, scale, self.staleness_tolerance,
-                                exposure)
-               for rule in goodput.candidates(times, exposure=exposure, usual_times=usual)]
-        return sorted(out, key=lambda f: -f.goodput)
+        return goodput.rank(inputs.times, inputs.batches, inputs.scale,
+                            self.staleness_tolerance, inputs.exposure, inputs.usual)
 
     def observe(self, observation, context):
         from ksync import goodput
-        ranked = self.forecasts(observation, context)
+        inputs = self._inputs(observation, context)
+        ranked = self._rank(inputs)
         if not ranked or ranked[0].rule == context.rule:
             return None
         best = ranked[0]
-        times, batches, simple, measured, scale = self._inputs(observation)
-        exposure = self.exposure(observation, context)
-        current = goodput.forecast(context.rule, times, batches, scale,
-                                   self.staleness_tolerance, exposure)
+        current = goodput.forecast(context.rule, inputs.times, inputs.batches, inputs.scale,
+                                   self.staleness_tolerance, inputs.exposure)
         if best.goodput <= (1.0 + self.hysteresis) * current.goodput:
             return None
-        reason = (f"noise scale {simple:.0f} ({'measured' if measured else 'assumed'}; "
-                  f"{scale:.0f} per update under momentum {self.momentum:g}), exposure "
-                  f"{exposure:.2f}: {best.describe()}; current rule's goodput "
+        reason = (f"noise scale {inputs.noise_scale:.0f} "
+                  f"({'measured' if inputs.measured else 'assumed'}; {inputs.scale:.0f} "
+                  f"per update under momentum {self.momentum:g}), exposure "
+                  f"{inputs.exposure:.2f}: {best.describe()}; current rule's goodput "
                   f"{current.goodput:.3g}")
-        runner = ranked[1] if len(ranked) > 1 else None
-        if runner is not None:
-            reason += f"; runner-up {runner.rule.describe()} {runner.goodput:.3g}"
+        if len(ranked) > 1:
+            reason += f"; runner-up {ranked[1].rule.describe()} {ranked[1].goodput:.3g}"
         return best.rule, reason
 
     def get_config(self):

@@ -420,11 +420,13 @@ class PSUpdateState:
                                            1.0 / tf.cast(samples, tf.float64)]),
                        tf.zeros([3], tf.float64))
         count, sq_sum, inv_sum = tf.unstack(self.noise_round.read_value() + one)
-        big = tf.cast(total, tf.float64)
-        mean_sq = agg_sq / tf.maximum(big, 1.0) ** 2
-        gap = inv_sum / tf.maximum(count, 1.0) - 1.0 / tf.maximum(big, 1.0)
-        trace = (sq_sum / tf.maximum(count, 1.0) - mean_sq) / tf.where(gap > 0, gap, 1.0)
-        estimate = tf.stack([mean_sq - trace / tf.maximum(big, 1.0), trace])
+        # Guarded divisors: an empty round or one without a commit divides by 1, and
+        # `valid` below discards its estimate.
+        big, n = tf.maximum(tf.cast(total, tf.float64), 1.0), tf.maximum(count, 1.0)
+        mean_sq = agg_sq / big ** 2
+        gap = inv_sum / n - 1.0 / big
+        trace = (sq_sum / n - mean_sq) / tf.where(gap > 0, gap, 1.0)
+        estimate = tf.stack([mean_sq - trace / big, trace])
         valid = tf.logical_and(tf.logical_and(commit, count >= 2.0), gap > 0)
         valid = tf.logical_and(valid, tf.reduce_all(tf.math.is_finite(estimate)))
         return [self.noise_sums.assign_add(tf.where(valid, estimate, tf.zeros([2], tf.float64))),

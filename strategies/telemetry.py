@@ -64,7 +64,7 @@ def build_telemetry(counters: dict, controller, busy_s=None, steps=None) -> dict
         "staleness_p95": staleness_quantile(all_hist, 0.95),
         # B_simple over every committed round (`ksync.noise`); None: not measurable
         # (rounds of one gradient only) or noise dominating the estimate.
-        "noise_scale": noise_scale(*c["noise_sums"]) if "noise_sums" in c else None,
+        "noise_scale": noise_scale(*c["noise_sums"]),
         "workers": workers,
         "policy": repr(controller.policy),
         "rule": controller.rule.describe(),
