@@ -243,5 +243,7 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
     assert rows["static_sim8"]["Goodput"] == [2.0, 2.0, 2.0]
     assert rows["static_sim8"]["BSP"] == [10.0, 11.0, 12.0]
     assert oracle["static_sim8"] == {"kasync": "KAsync(k=4)"}
+    with pytest.raises(ValueError, match="no arm 'Nope'.*Goodput"):
+        standing.standing(rows, oracle, "Nope")
     with pytest.raises(ValueError, match="no bench results.json"):
         standing.load([tmp_path / "static_sim8"])

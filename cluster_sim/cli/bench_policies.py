@@ -59,7 +59,7 @@ import time
 
 from cluster_sim.harness.config import ARMS, Arm, RunConfig, load_data, targets
 from cluster_sim.report.results import median_tta
-from cluster_sim.report.tables import markdown_table_rows
+from cluster_sim.report.tables import format_interval, markdown_table_rows
 
 __all__ = ["FAMILIES", "BenchArm", "parse_families", "bench_arms", "oracle_choices",
            "bench_table", "table_and_verdict", "injected_us_per_sample",
@@ -241,11 +241,6 @@ def oracle_choices(results, arms) -> dict:
     return choices
 
 
-def _interval(point, low, high, fmt):
-    cell = lambda v: "never" if math.isinf(v) else format(v, fmt)
-    return f"{cell(point)} [{cell(low)}, {cell(high)}]"
-
-
 def arm_row(results, label) -> dict:
     """The table's numbers for one arm: median TTA with its 90 % bootstrap interval,
     the ratio to BSP paired by seed with its interval, medians of final loss/accuracy,
@@ -283,8 +278,8 @@ def bench_table(results, arms, title="") -> tuple[str, dict]:
     bsp = _per_seed(results, SINGLE["bsp"].label)
     cv = coefficient_of_variation([bsp[s]["tta_s"] for s in sorted(bsp)]) if bsp else None
     fmt = lambda v, f: "-" if v is None else format(v, f)
-    body = [[r["arm"], _interval(*r["tta"], ".1f"), f"{r['reached']}/{r['seeds']}",
-             "-" if r["ratio"] is None else _interval(*r["ratio"][:3], ".2f"),
+    body = [[r["arm"], format_interval(*r["tta"], ".1f"), f"{r['reached']}/{r['seeds']}",
+             "-" if r["ratio"] is None else format_interval(*r["ratio"][:3], ".2f"),
              fmt(r["final_loss"], ".3f"), fmt(r["final_accuracy"], ".3f"),
              fmt(r["version"], ".0f"), fmt(r["dropped"], ".0f")] for r in rows]
     header = ["arm", "TTA s [90% CI]", "reached", "TTA/BSP paired [90% CI]", "final loss",

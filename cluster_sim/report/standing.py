@@ -24,22 +24,40 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import sys
 
 import numpy as np
 
-from cluster_sim.report.stats import as_times, paired_ratio_ci
+from cluster_sim.report.results import median_tta
+from cluster_sim.report.stats import paired_ratio_ci
+from cluster_sim.report.tables import format_interval, markdown_table_rows
 
 #: fixed rules without a grid that count as hand-tunable choices.
 FIXED_SINGLE = ("BSP", "ASP")
 
 
 def _median(times) -> float:
-    return float(np.median(as_times(times)))
+    """Median time to target over seeds, never reached = +inf (`median_tta`)."""
+    tta = median_tta(times)
+    return math.inf if tta is None else tta
+
+
+def _paired(a, b):
+    """`paired_ratio_ci`, or None when no seed has a ratio (both never reached)."""
+    try:
+        return paired_ratio_ci(a, b)
+    except ValueError:
+        return None
 
 
 def standing(rows: dict, oracle: dict, arm: str) -> dict:
     """``rows[scenario][label]`` = per-seed times (seeds aligned across labels);
-    ``oracle[scenario][family]`` = the label of the family's tuned value there."""
+    ``oracle[scenario][family]`` = the label of the family's tuned value there.
+    ValueError if ``arm`` is in no scenario (naming the arms there are)."""
+    if not any(arm in by_label for by_label in rows.values()):
+        arms = sorted({label for by_label in rows.values() for label in by_label})
+        raise ValueError(f"no arm {arm!r} in these results; --arm takes one of "
+                         f"{', '.join(arms)}")
     scenarios, columns = {}, {}
     for name, by_label in rows.items():
         fixed = [label for label in (*FIXED_SINGLE, *oracle.get(name, {}).values())
@@ -49,9 +67,9 @@ def standing(rows: dict, oracle: dict, arm: str) -> dict:
                  "bsp_tta": _median(by_label["BSP"]) if "BSP" in by_label else None}
         if arm in by_label:
             entry["tta"] = _median(by_label[arm])
-            entry["vs_best"] = paired_ratio_ci(by_label[arm], by_label[best])
+            entry["vs_best"] = _paired(by_label[arm], by_label[best])
             if "BSP" in by_label:
-                entry["vs_bsp"] = paired_ratio_ci(by_label[arm], by_label["BSP"])
+                entry["vs_bsp"] = _paired(by_label[arm], by_label["BSP"])
         scenarios[name] = entry
         # One column per arm family: a tuned family under its family name.
         tuned = {label: family for family, label in oracle.get(name, {}).items()}
@@ -92,24 +110,19 @@ def load(directories) -> tuple[dict, dict]:
     return rows, oracle
 
 
-def _cell(value) -> str:
-    return "never" if value is None or math.isinf(value) else f"{value:.2f}"
-
-
 def format_standing(result: dict, arm: str) -> str:
     """Markdown: the per-scenario table and the geometric means."""
-    lines = [f"| scenario | oracle-tuned best fixed rule | its TTA s | {arm} TTA s | "
-             f"{arm} / best, paired [90% CI] | {arm} / BSP, paired [90% CI] |",
-             "|---|---|---|---|---|---|"]
-    for name, e in result["scenarios"].items():
-        ratio = lambda r: "-" if r is None else f"{_cell(r[0])} [{_cell(r[1])}, {_cell(r[2])}]"  # noqa: E731
-        lines.append(f"| {name} | {e['best']} | {_cell(e['best_tta'])} | "
-                     f"{_cell(e.get('tta'))} | {ratio(e.get('vs_best'))} | "
-                     f"{ratio(e.get('vs_bsp'))} |")
-    lines += ["", "Geometric mean of median TTA over the scenarios (s):", "",
-              "| arm | geometric mean |", "|---|---|"]
-    lines += [f"| {key} | {_cell(value)} |" for key, value in result["geomean"].items()]
-    return "\n".join(lines)
+    cell = lambda v: "never" if v is None or math.isinf(v) else f"{v:.2f}"  # noqa: E731
+    ratio = lambda r: "-" if r is None else format_interval(*r[:3], ".2f")  # noqa: E731
+    table = markdown_table_rows(
+        ["scenario", "oracle-tuned best fixed rule", "its TTA s", f"{arm} TTA s",
+         f"{arm} / best, paired [90% CI]", f"{arm} / BSP, paired [90% CI]"],
+        [[name, e["best"], cell(e["best_tta"]), cell(e.get("tta")),
+          ratio(e.get("vs_best")), ratio(e.get("vs_bsp"))]
+         for name, e in result["scenarios"].items()])
+    means = markdown_table_rows(["arm", "geometric mean"],
+                                [[key, cell(v)] for key, v in result["geomean"].items()])
+    return f"{table}\n\nGeometric mean of median TTA over the scenarios (s):\n\n{means}"
 
 
 def add_arguments(parser) -> None:
@@ -119,6 +132,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    rows, oracle = load(args.directories)
-    print(format_standing(standing(rows, oracle, args.arm), args.arm))
+    try:
+        rows, oracle = load(args.directories)
+        result = standing(rows, oracle, args.arm)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_standing(result, args.arm))
     return 0

@@ -14,12 +14,24 @@ ASP()   -
 | x\\|y | 1 |
 """
 
-__all__ = ["format_cell", "text_table", "markdown_table_rows"]
+import math
+
+__all__ = ["format_cell", "format_interval", "text_table", "markdown_table_rows"]
 
 
 def format_cell(value, fmt: str) -> str:
     """``value`` formatted with ``fmt``, or ``"-"`` when it is None (not measured)."""
     return "-" if value is None else format(value, fmt)
+
+
+def format_interval(point, low, high, fmt: str) -> str:
+    """``point [low, high]`` with ``fmt``; an infinite value (never reached) as "never".
+
+    >>> format_interval(1.5, 1.0, math.inf, ".1f")
+    '1.5 [1.0, never]'
+    """
+    cell = lambda v: "never" if math.isinf(v) else format(v, fmt)
+    return f"{cell(point)} [{cell(low)}, {cell(high)}]"
 
 
 def text_table(header, rows) -> str:
