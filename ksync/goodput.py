@@ -1,6 +1,6 @@
 """Goodput of a rule: how fast it updates, times what its updates are worth.
 
-The model behind `ksync.Goodput` (in the manner of Pollux, Qiao et al., OSDI 2021, for
+The model behind `ksync.Adaptive` (in the manner of Pollux, Qiao et al., OSDI 2021, for
 parameter-server rules on workers of unequal speed). For a candidate `Rule` and each
 worker's step time ``t_i`` and batch ``b_i`` it predicts
 
@@ -11,7 +11,7 @@ worker's step time ``t_i`` and batch ``b_i`` it predicts
 - **staleness.** Under K-async a gradient of worker i misses the updates the others'
   pushes make between its read of the parameters and its push: ``s_i = e (L t_i - 1) /
   K``, where the exposure ``e`` is the fraction of a step after the read (1 when the
-  step computes on what it read; `ksync.Goodput` measures it from the staleness the PS
+  step computes on what it read; `ksync.Adaptive` measures it from the staleness the PS
   sees under an asynchronous rule). A bound drops the workers whose ``s_i`` exceeds it,
   which lowers L and so the others' staleness (a fixed point).
 - **statistical efficiency of one update.** Batch: ``M / (M + B)`` for ``M`` samples,
@@ -49,7 +49,7 @@ from ksync.rule import Rule
 
 @dataclasses.dataclass(frozen=True)
 class Forecast:
-    """What `forecast` predicts for one rule (``goodput`` is what `ksync.Goodput`
+    """What `forecast` predicts for one rule (``goodput`` is what `ksync.Adaptive`
     maximises)."""
 
     rule: Rule
@@ -148,7 +148,7 @@ def grid(n: int) -> list:
 
 def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
                usual_times=None) -> list:
-    """The rules `ksync.Goodput` chooses among: K-sync for every K of `grid` from 2
+    """The rules `ksync.Adaptive` chooses among: K-sync for every K of `grid` from 2
     (BSP included; waiting for the K fastest is how a slow worker is left out), and
     K-async for every K of `grid` with a staleness bound ``slack`` times the staleness
     the slowest worker has at its usual step time (``usual_times``, default

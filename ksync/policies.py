@@ -295,104 +295,8 @@ class BackupWorkers(Policy):
         return {"backups": self.backups}
 
 
-class Adaptive(Policy):
-    """Choose K and sync/async from measured iteration times, every ``refresh_every`` updates.
-
-    K is the number of live workers whose iteration time (recent mean, or the running
-    step's time when a worker stalls) is within ``tolerance`` times the fastest's.
-    When that is every live worker the cluster is treated as homogeneous and runs BSP
-    (K = all the workers; the controller caps it at the live ones while some are down).
-    Otherwise it runs K-async, so the slower workers keep contributing, with staleness
-    bounded at ``staleness_slack`` times the staleness the slowest worker is expected to
-    have at the measured speeds (gradients beyond it, e.g. from a worker that was
-    paused, are dropped). With many workers K is raised so that
-    a typical gradient is at most about ``target_staleness`` updates stale: K-async with
-    a small K over hundreds of workers makes every gradient hundreds of updates stale,
-    and training with momentum diverges.
-
-    Args:
-      tolerance: how much slower than the fastest a worker may be and still be waited for.
-      refresh_every: updates between two re-evaluations (R).
-      staleness_slack: factor on the expected staleness of the slowest worker.
-      target_staleness: staleness of the median worker's gradients that K may not exceed.
-      staleness_scaling: in K-async, weight each gradient 1 / (1 + its staleness)
-        (see `Rule`); False applies stale gradients at full weight.
-    """
-
-    name = "adaptive"
-
-    def __init__(self, tolerance: float = 1.3, refresh_every: int = 20,
-                 staleness_slack: float = 2.0, target_staleness: float = 2.0,
-                 staleness_scaling: bool = True):
-        if not (isinstance(tolerance, (int, float)) and tolerance >= 1.0):
-            raise ValueError(f"tolerance must be a number >= 1.0, got {tolerance!r}.")
-        _check_int("refresh_every", refresh_every, 1)
-        if not (isinstance(staleness_slack, (int, float)) and staleness_slack >= 1.0):
-            raise ValueError(f"staleness_slack must be >= 1.0, got {staleness_slack!r}.")
-        self.tolerance = float(tolerance)
-        self.refresh_every = refresh_every
-        if not (isinstance(target_staleness, (int, float)) and target_staleness >= 1.0):
-            raise ValueError(f"target_staleness must be >= 1.0, got {target_staleness!r}.")
-        self.staleness_slack = float(staleness_slack)
-        self.target_staleness = float(target_staleness)
-        if not isinstance(staleness_scaling, bool):
-            raise ValueError(f"staleness_scaling must be true or false, got "
-                             f"{staleness_scaling!r}.")
-        self.staleness_scaling = staleness_scaling
-
-    def _rule(self, num_workers):
-        return Rule(k=num_workers, wait=True, max_staleness=0)
-
-    def observe(self, observation, context):
-        now = observation.effective_times()
-        live = [w for w in observation.live_workers
-                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
-        if not live:
-            return None
-        times = sorted(now[w] for w in live)
-        fastest = times[0]
-        k = sum(1 for t in times if t <= self.tolerance * fastest)
-        if k == len(observation.live_workers):
-            # BSP over the whole cluster: while a worker is down the controller caps K
-            # at the live ones, and it comes back with the full K once the worker does.
-            rule = Rule(k=context.num_workers, wait=True, max_staleness=0)
-            reason = (f"all {k} live workers within {self.tolerance:g}x of the fastest "
-                      f"({fastest * 1e3:.1f} ms): BSP")
-        else:
-            # k-async applies an update every k arrivals; at these speeds a worker with
-            # time t sees about t * sum(1/t_j) / k updates while it computes.
-            arrivals = sum(1.0 / t for t in times)
-            typical = times[len(times) // 2] * arrivals
-            k_tolerance = k
-            k = min(len(times), max(k, math.ceil(typical / self.target_staleness - 1e-9)))
-            # The bound follows the slowest worker's finished steps: a stalled step,
-            # when it ends, is beyond it and dropped.
-            rate = arrivals / k
-            usual = [observation.iteration_times[w] for w in live
-                     if observation.iteration_times[w] is not None]
-            expected = max(usual or times[:1]) * rate
-            bound = max(1, math.ceil(self.staleness_slack * expected))
-            rule = Rule(k=k, wait=False, max_staleness=bound,
-                        staleness_scaling=self.staleness_scaling)
-            reason = (f"{len(times) - k_tolerance} of {len(times)} measured workers slower "
-                      f"than {self.tolerance:g}x the fastest ({fastest * 1e3:.1f} ms, slowest "
-                      f"{times[-1] * 1e3:.1f} ms): K-async, staleness bound {bound}")
-            if k > k_tolerance:
-                reason += (f"; K raised from {k_tolerance} to {k} so the median worker's "
-                           f"gradients are about {self.target_staleness:g} updates stale")
-        if rule == context.rule:
-            return None
-        return rule, reason
-
-    def get_config(self):
-        return {"tolerance": self.tolerance, "refresh_every": self.refresh_every,
-                "staleness_slack": self.staleness_slack,
-                "target_staleness": self.target_staleness,
-                "staleness_scaling": self.staleness_scaling}
-
-
 class _GoodputInputs(typing.NamedTuple):
-    """`Goodput`'s inputs from one observation (live workers only)."""
+    """`Adaptive`'s inputs from one observation (live workers only)."""
 
     times: list         # step time now (a stalled step's running time)
     usual: list         # usual step time
@@ -403,7 +307,7 @@ class _GoodputInputs(typing.NamedTuple):
     exposure: float
 
 
-class Goodput(Policy):
+class Adaptive(Policy):
     """Choose the rule with the highest predicted goodput, every ``refresh_every`` updates.
 
     Goodput is training progress per second: updates per second times what an update is
@@ -418,8 +322,11 @@ class Goodput(Policy):
     staleness, ``1 / (1 + (s / staleness_tolerance)^3)``. It starts with the rule the
     model picks for equal workers whose whole step is exposed, at the noise scale of one
     BSP update (not with BSP: a synchronous start, then K-async, was slower in the
-    simulated benchmark than K-async from the start), decides first after ``first_refresh`` updates, and moves to another rule only when
-    that rule's predicted goodput beats the current one's by more than ``hysteresis``.
+    simulated benchmark than K-async from the start), decides first after
+    ``first_refresh`` updates, and moves to another rule only when that rule's predicted
+    goodput beats the current one's by more than ``hysteresis``. `ksync.RuleController`
+    keeps each decision's reason: the noise scale, the exposure, the chosen rule's
+    predicted updates/s, samples and staleness, and the runner-up's goodput.
 
     Args:
       refresh_every: updates between two decisions.
@@ -438,7 +345,7 @@ class Goodput(Policy):
     slower, at a measured noise scale of 600 (here from BSP, as a user's earlier rule).
 
     >>> import ksync
-    >>> policy = ksync.Goodput()
+    >>> policy = ksync.Adaptive()
     >>> policy.rule(8).describe()
     'K=2 async, drop beyond staleness 7'
     >>> context = ksync.Context(num_workers=4, rule=ksync.BSP().rule(4))
@@ -449,7 +356,7 @@ class Goodput(Policy):
     'K=3 async, drop beyond staleness 8'
     """
 
-    name = "goodput"
+    name = "adaptive"
     first_refresh = 5
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
@@ -770,7 +677,7 @@ class AdaSync(Policy):
 
 
 _BY_NAME = {cls.name: cls for cls in (BSP, ASP, SSP, KSync, KAsync, BackupWorkers, Adaptive,
-                                      Goodput, SyncSwitch, ASHL, Rennala, Ringmaster, AdaSync)}
+                                      SyncSwitch, ASHL, Rennala, Ringmaster, AdaSync)}
 
 
 def parse(spec: str) -> Policy:

@@ -232,23 +232,24 @@ def test_simulations_in_several_processes_give_the_same_runs_in_matrix_order(tin
     assert len(seen) == len(alone) == 2 * len(arms)
 
 
-def test_compute_after_the_read_makes_gradients_as_stale_as_the_whole_step(tmp_path, capsys):
+def test_compute_before_the_read_leaves_only_the_framework_cost_stale(tmp_path, capsys):
     from cluster_sim.__main__ import main
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(TINY)
     p95 = {}
-    for flag in ([], ["--compute-after-read"]):
+    for flag in (["--compute-before-read"], []):
         out = tmp_path / f"out{len(flag)}"
         assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
                      str(scenario), "--arms", "asp", "--seeds", "1", "--workers", "4",
                      "--out", str(out), *flag]) == 0
         report = json.loads(next(out.glob("*/results.json")).read_text())
         asp = next(p for p in report["policies"] if p["policy"] == "ASP")
-        p95[bool(flag)] = asp["per_seed"][0]["staleness_p95"]
-    # Before the read only the (zero) framework cost exposes a gradient; after it, the
-    # whole step does: with 4 workers under ASP, about 3 updates.
-    assert p95[False] == 0 and p95[True] >= 2
-    assert "--compute-after-read changes the simulator only" in _refusal(main, scenario)
+        p95["before" if flag else "after"] = asp["per_seed"][0]["staleness_p95"]
+    # Before the read only the (zero) framework cost exposes a gradient; after it (the
+    # default, as in the real harness), the whole step does: with 4 workers under ASP,
+    # about 3 updates.
+    assert p95["before"] == 0 and p95["after"] >= 2
+    assert "--compute-before-read changes the simulator only" in _refusal(main, scenario)
 
 
 def _refusal(main, scenario):
@@ -256,6 +257,6 @@ def _refusal(main, scenario):
     import io
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
-        code = main(["bench", "policies", "--scenario", str(scenario), "--compute-after-read"])
+        code = main(["bench", "policies", "--scenario", str(scenario), "--compute-before-read"])
     assert code != 0
     return err.getvalue()

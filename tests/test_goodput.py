@@ -102,7 +102,7 @@ def test_exposure_scales_the_predicted_staleness():
 
 def _observe(times, noise_scale=None, rule=None, staleness_mean=None, policy=None):
     """The policy's proposal on these measurements, from BSP unless ``rule`` is given."""
-    policy = policy or ksync.Goodput()
+    policy = policy or ksync.Adaptive()
     n = len(times)
     context = ksync.Context(num_workers=n, rule=rule or ksync.BSP().rule(n))
     observation = ksync.Observation(version=20, iteration_times=tuple(times),
@@ -133,12 +133,12 @@ def test_hysteresis_keeps_a_rule_that_is_nearly_as_good():
     times = [0.1, 0.1, 0.2, 0.4] * 2
     best, _ = _observe(times, noise_scale=300.0)
     assert _observe(times, noise_scale=300.0, rule=best) is None
-    policy = ksync.Goodput(hysteresis=10.0)   # nothing is ten times better than BSP here
+    policy = ksync.Adaptive(hysteresis=10.0)   # nothing is ten times better than BSP here
     assert _observe([0.1] * 8, noise_scale=300.0, policy=policy) is None
 
 
 def test_measured_staleness_below_the_whole_step_prediction_is_read_as_exposure():
-    policy = ksync.Goodput()
+    policy = ksync.Adaptive()
     times = [0.1] * 8
     rule = Rule(k=2, wait=False, max_staleness=8)
     observation = ksync.Observation(version=20, iteration_times=tuple(times),
@@ -149,12 +149,12 @@ def test_measured_staleness_below_the_whole_step_prediction_is_read_as_exposure(
     assert policy.exposure(observation, context) == 1.0   # BSP shows no staleness
 
 
-def test_goodput_by_name_and_bad_arguments():
-    assert ksync.parse("goodput:staleness_tolerance=3").staleness_tolerance == 3.0
+def test_adaptive_by_name_and_bad_arguments():
+    assert ksync.parse("adaptive:staleness_tolerance=3").staleness_tolerance == 3.0
     for bad in (dict(momentum=1.0), dict(staleness_tolerance=0), dict(noise_scale=-1),
                 dict(hysteresis=-0.1)):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            ksync.Goodput(**bad)
+            ksync.Adaptive(**bad)
 
 
 # -- the controller and the simulator ----------------------------------------------------
@@ -188,19 +188,19 @@ def test_controller_gives_the_policy_the_windowed_noise_scale_and_batches():
     assert seen[-1].noise_scale == pytest.approx(540 / 2.6)
 
 
-def test_goodput_starts_with_the_models_rule_for_equal_workers():
-    assert ksync.Goodput().rule(1) == Rule(k=1, wait=True, max_staleness=0)
-    rule = ksync.Goodput().rule(8)
+def test_adaptive_starts_with_the_models_rule_for_equal_workers():
+    assert ksync.Adaptive().rule(1) == Rule(k=1, wait=True, max_staleness=0)
+    rule = ksync.Adaptive().rule(8)
     assert not rule.wait and 2 <= rule.k < 8 and rule.max_staleness is not None
     # A larger staleness tolerance makes staleness cheaper: K no larger.
-    assert ksync.Goodput(staleness_tolerance=16.0).rule(64).k <= ksync.Goodput().rule(64).k
+    assert ksync.Adaptive(staleness_tolerance=16.0).rule(64).k <= ksync.Adaptive().rule(64).k
 
 
-def test_the_simulator_measures_the_noise_scale_that_goodput_observes():
+def test_the_simulator_measures_the_noise_scale_that_adaptive_observes():
     from cluster_sim.sim.engine import SimConfig, Simulation
     seen = []
 
-    class Seen(ksync.Goodput):
+    class Seen(ksync.Adaptive):
         def observe(self, observation, context):
             seen.append(observation.noise_scale)
             return super().observe(observation, context)
@@ -222,28 +222,28 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
             {"arm": "KAsync(k=2)", "tta": [5.0, 6.0, None]},
             {"arm": "KAsync(k=4)", "tta": [4.0, 4.5, 5.0]},
             {"arm": "KAsync oracle-tuned = KAsync(k=4)", "tta": [4.0, 4.5, 5.0]},
-            {"arm": "Goodput", "tta": [4.4, 4.5, 4.5]}]
+            {"arm": "Adaptive", "tta": [4.4, 4.5, 4.5]}]
     for name in ("static_sim8", "trace_sim8"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(
             {"bench": {"rows": rows, "oracle": {"kasync": "KAsync(k=4)"}}}))
-    result = standing.standing(*standing.load([tmp_path]), "Goodput")
+    result = standing.standing(*standing.load([tmp_path]), "Adaptive")
     entry = result["scenarios"]["static_sim8"]
     assert entry["best"] == "KAsync(k=4)" and entry["vs_best"][0] == pytest.approx(1.0)
-    assert result["geomean"]["Goodput"] == pytest.approx(4.5)
+    assert result["geomean"]["Adaptive"] == pytest.approx(4.5)
     assert "KAsync(k=2)" not in result["geomean"]        # an untuned grid value
     assert result["geomean"]["kasync (tuned)"] == pytest.approx(4.5)
-    text = standing.format_standing(result, "Goodput")
+    text = standing.format_standing(result, "Adaptive")
     assert "| static_sim8 | KAsync(k=4) |" in text
     # A later directory's re-run of one arm replaces that arm only.
     (tmp_path / "rerun" / "static_sim8").mkdir(parents=True)
     (tmp_path / "rerun" / "static_sim8" / "results.json").write_text(json.dumps(
-        {"bench": {"rows": [{"arm": "Goodput", "tta": [2.0, 2.0, 2.0]}], "oracle": {}}}))
+        {"bench": {"rows": [{"arm": "Adaptive", "tta": [2.0, 2.0, 2.0]}], "oracle": {}}}))
     rows, oracle = standing.load([tmp_path, tmp_path / "rerun"])
-    assert rows["static_sim8"]["Goodput"] == [2.0, 2.0, 2.0]
+    assert rows["static_sim8"]["Adaptive"] == [2.0, 2.0, 2.0]
     assert rows["static_sim8"]["BSP"] == [10.0, 11.0, 12.0]
     assert oracle["static_sim8"] == {"kasync": "KAsync(k=4)"}
-    with pytest.raises(ValueError, match="no arm 'Nope'.*Goodput"):
+    with pytest.raises(ValueError, match="no arm 'Nope'.*Adaptive"):
         standing.standing(rows, oracle, "Nope")
     with pytest.raises(ValueError, match="no bench results.json"):
         standing.load([tmp_path / "static_sim8"])

@@ -112,27 +112,25 @@ def test_ksync_drops_the_late_gradients_of_a_round(data):
 
 
 def test_the_product_objects_drive_the_simulation(data):
-    policy = ksync.Adaptive(refresh_every=5)
+    seen = []
+
+    class Recording(ksync.Adaptive):
+        def observe(self, observation, context):
+            seen.append(observation)
+            return super().observe(observation, context)
+
+    policy = Recording(refresh_every=5)
     sim = Simulation(policy, quick(max_pushes=200, speeds=(1.0, 1.0, 1.0, 0.2)), data)
     sim.run()
     assert sim.policy is policy
     assert type(sim.state) is ksync.UpdateState
+    assert seen, "Adaptive.observe was never given a measurement"
+    # The straggler's measured step time is about 5x the others'.
+    times = seen[-1].iteration_times
+    assert times[3] > 3 * max(times[:3])
     history = sim.rule_history()
-    assert len(history) > 1, "Adaptive.observe was never given a measurement"
     assert sim.state.rule == history[-1][1] == sim.rule
-    assert not sim.rule.wait  # a persistent straggler drives it to k-async
-
-
-def test_staleness_scaling_speeds_up_adaptive_over_many_workers(data):
-    """16 workers on the vendored trace: K-async gradients weighted 1 / (1 + staleness)
-    reach the target in fewer simulated seconds than the same gradients at full weight,
-    which act like extra momentum on top of the optimizer's 0.9."""
-    def tta(scaling):
-        config = quick(num_workers=16, scenario="trace", traces=str(DEFAULT_TRACE_DIR),
-                       max_pushes=None, max_updates=600, eval_every=120, stop_at_target=True)
-        return simulate(ksync.Adaptive(staleness_scaling=scaling), config, data)["tta_s"]
-    scaled, plain = tta(True), tta(False)
-    assert scaled is not None and (plain is None or scaled < 0.8 * plain), (scaled, plain)
+    assert not sim.rule.wait  # nobody waits for the persistent straggler
 
 
 def test_gradients_match_finite_differences():

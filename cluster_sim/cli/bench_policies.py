@@ -10,8 +10,8 @@ Arms (``--arms``, comma-separated families, default all): the fixed rules with a
 their parameter, ``ssp`` (s), ``ksync`` and ``kasync`` (k), ``backup`` (b), ``rennala``
 (B), ``ringmaster`` (R), the two-stage schedules ``syncswitch`` and ``ashl`` (the update
 they switch at), plus ``bsp`` and ``asp``, and the rules that set themselves:
-``adasync``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive``, ``adaptive+alloc``,
-``goodput`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
+``adasync``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive`` (ksync's goodput rule) and
+``adaptive+alloc`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
 fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
 tunes each grid in the simulator on the same scenario (with the framework costs measured
 here) and runs only the tuned value for real.
@@ -106,10 +106,10 @@ FAMILIES = {
 #: Arms without a grid: (name, Arm); BSP first, the baseline of every ratio.
 SINGLE = {"bsp": ARMS["bsp"], "asp": ARMS["asp"], "adasync": Arm("AdaSync", "adasync"),
           **{name: ARMS[name] for name in ("chao", "lb-bsp", "nbsgd",
-                                           "adaptive", "adaptive+alloc", "goodput")}}
+                                           "adaptive", "adaptive+alloc")}}
 ORDER = ("bsp", "asp", "ssp", "ksync", "kasync", "backup", "rennala", "ringmaster",
          "adasync", "syncswitch", "ashl", "chao", "lb-bsp", "nbsgd", "adaptive",
-         "adaptive+alloc", "goodput")
+         "adaptive+alloc")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -557,9 +557,9 @@ def run(args) -> int:
             raise ValueError("need --scenario, --seeds >= 1 and --workers >= 1")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-        if args.compute_after_read and not args.simulate:
-            raise ValueError("--compute-after-read changes the simulator only (the real "
-                             "harness injects compute in the input pipeline); add "
+        if args.compute_before_read and not args.simulate:
+            raise ValueError("--compute-before-read changes the simulator only (the real "
+                             "harness's step reads the parameters as it starts); add "
                              "--simulate")
         scenarios = {n: load_bench_scenario(n, args) for n in names}
         if args.costs not in ("probe", "none"):
@@ -600,12 +600,12 @@ def run(args) -> int:
             for n in workers:
                 arms = bench_arms(families, n)
                 config = _sim_config(costs, scenario, run_config, data, n)
-                if args.compute_after_read:
-                    # An accelerator's step: the whole compute on the parameters read.
-                    config = dataclasses.replace(config, input_before_read=False)
+                if args.compute_before_read:
+                    # An input-bound step: the parameters are read after the compute.
+                    config = dataclasses.replace(config, input_before_read=True)
                 log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
                     f"{args.seeds} seed(s)"
-                    + (", compute after the read" if args.compute_after_read else ""))
+                    + (", compute before the read" if args.compute_before_read else ""))
                 results = _with_bar(len(arms) * args.seeds, f"{name} n={n}",
                                     lambda bar: run_matrix(
                                         arms, scenario, args.seeds, run_config,
@@ -771,11 +771,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compute-ratio", type=float, default=4.0,
                         help="injected compute of the fastest worker's step over the "
                              "framework cost per step (default 4)")
-    parser.add_argument("--compute-after-read", action="store_true",
-                        help="with --simulate: the injected compute runs after the step "
-                             "reads the parameters, as on an accelerator, so a gradient is "
-                             "as stale as the whole step (default: before the read, as the "
-                             "real harness's input-pipeline delay)")
+    parser.add_argument("--compute-before-read", action="store_true",
+                        help="with --simulate: the injected compute runs before the step "
+                             "reads the parameters (an input-bound step), so only the "
+                             "framework's cost after the read makes a gradient stale "
+                             "(default: after the read, as in the real harness and on an "
+                             "accelerator: a gradient is as stale as the whole step)")
     parser.add_argument("--us-per-sample", type=float, default=None,
                         help="injected microseconds per sample at speed 1 (default: "
                              "calibrated with --compute-ratio)")

@@ -86,7 +86,6 @@ ARMS = {
     "kasync": Arm("KAsync(k=2)", "kasync:k=2"),
     "backup": Arm("Backup(b=1)", "backup:backups=1"),
     "adaptive": Arm("Adaptive", "adaptive"),
-    "goodput": Arm("Goodput", "goodput"),
     "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
     "chao": Arm("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),

@@ -8,13 +8,13 @@ as ratios paired by seed with 90 % bootstrap intervals; and across scenarios, th
 geometric mean of each arm's median time to target (a fixed family at its tuned value
 per scenario; never reaching the target counts as infinite).
 
-``python -m cluster_sim bench standing runs/bench_sim8 [runs/rerun ...] [--arm Goodput]``
+``python -m cluster_sim bench standing runs/bench_sim8 [runs/rerun ...] [--arm Adaptive]``
 
 Example:
 
->>> rows = {"a": {"BSP": [10.0, 12.0], "KAsync(k=2)": [4.0, 5.0], "Goodput": [4.2, 4.8]}}
+>>> rows = {"a": {"BSP": [10.0, 12.0], "KAsync(k=2)": [4.0, 5.0], "Adaptive": [4.2, 4.8]}}
 >>> oracle = {"a": {"kasync": "KAsync(k=2)"}}
->>> s = standing(rows, oracle, "Goodput")
+>>> s = standing(rows, oracle, "Adaptive")
 >>> s["scenarios"]["a"]["best"], round(s["scenarios"]["a"]["vs_best"][0], 3)
 ('KAsync(k=2)', 1.005)
 """
@@ -128,7 +128,7 @@ def format_standing(result: dict, arm: str) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("directories", nargs="+",
                         help="--out directories of `bench policies` runs")
-    parser.add_argument("--arm", default="Goodput", help="the arm to place (default Goodput)")
+    parser.add_argument("--arm", default="Adaptive", help="the arm to place (default Adaptive)")
 
 
 def run(args) -> int:

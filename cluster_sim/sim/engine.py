@@ -53,8 +53,9 @@ class SimConfig:
     ``step_overhead_s`` after, then communicates for the `Network` time; the PS serves pushes one at a
     time, ``ps_service_s`` each; a worker held at the k-sync gate starts ``gate_latency_s``
     after the version it waits for exists. ``input_before_read`` puts the scenario's
-    per-sample time before the worker reads the parameters (the harness injects it into
-    the input pipeline), so only the overhead and the network count toward staleness.
+    per-sample time before the worker reads the parameters (an input-bound step), so
+    only the overhead and the network count toward staleness; by default the step reads
+    them first, as the real harness's steps and an accelerator's do.
     ``chunk_pushes`` > 0 reproduces training in ``model.fit`` chunks: after that many
     steps the workers drain, the model is evaluated, and ``chunk_overhead_s`` passes
     before the next chunk. ``start_overhead_s`` passes before the first step (the
