@@ -133,6 +133,26 @@ def test_the_product_objects_drive_the_simulation(data):
     assert not sim.rule.wait  # nobody waits for the persistent straggler
 
 
+def test_step_jitter_breaks_the_lockstep_of_the_workers(data):
+    """K-async K = 2 on speeds 1, 1, 0.5, 0.25: without spread the workers keep a fixed
+    phase and a gradient's staleness takes a few exact values (none is 4 updates
+    stale); with the harness's spread (`HARNESS_STEP_JITTER`) it takes the values in
+    between too, as on the real cluster, and the same seed gives the same run."""
+    from cluster_sim.cli.calibrate import HARNESS_STEP_JITTER
+
+    def histogram(jitter):
+        config = quick(speeds=(1.0, 1.0, 0.5, 0.25), us_per_sample=3000.0, max_pushes=400,
+                       step_jitter=jitter)
+        return simulate(ksync.KAsync(k=2), config, data)["staleness_histogram"]
+
+    lockstep, spread = histogram(0.0), histogram(HARNESS_STEP_JITTER)
+    assert lockstep[4] == 0 and spread[4] > 0, (lockstep, spread)
+    assert sum(c > 0 for c in spread) > sum(c > 0 for c in lockstep)
+    assert histogram(HARNESS_STEP_JITTER) == spread
+    with pytest.raises(ValueError, match="step_jitter"):
+        quick(step_jitter=-0.1).check()
+
+
 def test_gradients_match_finite_differences():
     rng = np.random.default_rng(0)
     model = MLP(5, 3, hidden=(4,), seed=1, dtype=np.float64)

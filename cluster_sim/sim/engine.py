@@ -55,7 +55,10 @@ class SimConfig:
     after the version it waits for exists. ``input_before_read`` puts the scenario's
     per-sample time before the worker reads the parameters (an input-bound step), so
     only the overhead and the network count toward staleness; by default the step reads
-    them first, as the real harness's steps and an accelerator's do.
+    them first, as the real harness's steps and an accelerator's do. ``step_jitter``
+    multiplies each step's compute by a lognormal factor of mean 1 and this sigma:
+    without it workers of equal speed finish in lockstep, and a K-async gradient is
+    less stale than on a real cluster.
     ``chunk_pushes`` > 0 reproduces training in ``model.fit`` chunks: after that many
     steps the workers drain, the model is evaluated, and ``chunk_overhead_s`` passes
     before the next chunk. ``start_overhead_s`` passes before the first step (the
@@ -84,6 +87,7 @@ class SimConfig:
     ps_service_s: float = 0.0
     gate_latency_s: float = 0.0
     input_before_read: bool = False
+    step_jitter: float = 0.0
     batch_size: int = 32
     learning_rate: float = 0.05
     momentum: float = 0.9
@@ -111,7 +115,7 @@ class SimConfig:
             raise ValueError("give at least one of max_pushes, max_updates, max_time_s, or "
                              "the simulation never ends")
         for name in ("step_overhead_s", "read_overhead_s", "ps_service_s", "chunk_overhead_s", "gate_latency_s",
-                     "start_overhead_s", "eval_relative_gap"):
+                     "start_overhead_s", "eval_relative_gap", "step_jitter"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -173,6 +177,7 @@ class Simulation:
             c.scenario, n, c.us_per_sample, seed=c.seed, speeds=c.speeds, traces=c.traces,
             straggler_mean=c.straggler_mean,
             slow_fraction=c.slow_fraction, slow_mean=c.slow_mean)
+        self._jitter = np.random.default_rng([c.seed, 0x717])
         if data is None:
             from cluster_sim.workloads import digits
             data = digits(seed=c.seed)
@@ -239,6 +244,9 @@ class Simulation:
         b = self.batch_sizes[w]
         self.rows[w] = self.stream.take(w, b)
         compute = self.speed_model.compute_time(w, now, b)
+        if c.step_jitter:
+            sigma = c.step_jitter
+            compute *= float(self._jitter.lognormal(-sigma * sigma / 2, sigma))
         self.step_time[w] = (compute + c.read_overhead_s + c.step_overhead_s
                              + self.network.step_s)
         before_read = c.read_overhead_s + (compute if c.input_before_read else 0.0)
