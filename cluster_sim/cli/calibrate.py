@@ -172,7 +172,8 @@ def sim_config(costs: dict, scenario, run_config, data=None) -> SimConfig:
         # reads of the parameters after it: TensorFlow runs them as the step starts, so
         # the whole step is exposed to staleness (measured: the real K-async runs' mean
         # staleness is 0.84 of the whole-step prediction), as on an accelerator.
-        input_before_read=False, step_jitter=HARNESS_STEP_JITTER, bandwidth_gbps=None, latency_s=0.0, seed=run_config.seed,
+        input_before_read=False, step_jitter=HARNESS_STEP_JITTER, bandwidth_gbps=None,
+        latency_s=0.0, seed=run_config.seed,
         # Simulate on past the target so the time to each real run's update count is known.
         stop_at_target=False)
 
