@@ -1,11 +1,11 @@
 """Per-worker batch sizes inside `KSyncStrategy`: the TensorFlow side.
 
-The allocation lives in a vector variable on the PS (one size per worker). Every step a
-worker copies its own entry into a per-worker variable on itself, and its input pipeline
-(`strategies.batching.dynamic_batches`) reads that local copy once per chunk of input, so
-sizes follow the allocation within a few batches without the pipeline ever talking to
-the PS. The chief
-updates the vector from a `predictor.schedule.AllocationSchedule`.
+Each worker holds its own size in a per-worker variable, and its input pipeline
+(`strategies.batching.dynamic_batches`) reads that local copy once per chunk of input.
+The chief decides the sizes (`predictor.schedule.AllocationSchedule`, through the
+strategy's controller) and assigns each worker's copy itself when they change: a step
+never talks to anyone about its size, so allocation adds nothing to a step's path. A
+worker that restarts gets its size at the chief's next refresh of the rule.
 
 Input contract: with batch allocation the ``dataset_fn`` given to
 `keras.utils.experimental.DatasetCreator` (or to `strategy.distribute_datasets_from_function`)
@@ -14,6 +14,7 @@ returns **unbatched** examples, repeated as needed; the strategy batches them pe
 
 import logging
 import sys
+import threading
 
 import tensorflow as tf
 
@@ -29,23 +30,44 @@ _CONTRACT = ("with batch_allocation, dataset_fn must return unbatched examples (
 
 
 class BatchAllocation:
-    """Sizes on the PS, their per-worker copies, and the batching of worker input."""
+    """Each worker's size in a per-worker variable, assigned by the chief, and the
+    batching of worker input at that size."""
 
-    def __init__(self, strategy, initial, ps_device: str):
-        with tf.init_scope(), tf.device(ps_device):
-            self.sizes = tf.Variable(tf.constant(initial, tf.int64), trainable=False,
-                                     name="ksync/batch_sizes")
+    def __init__(self, strategy, initial):
+        self._sizes = list(initial)
+        self._lock = threading.Lock()
+        self._assigned = {}  # worker -> the variable object last given its size
         with strategy.scope():
+            # Created on each worker when a step or the input first uses it.
             self.local_size = tf.Variable(initial[0], dtype=tf.int64, trainable=False,
                                           per_worker_variable=True,
                                           name="ksync/local_batch_size")
 
-    def set_sizes(self, sizes) -> None:
-        self.sizes.assign(tf.constant(list(sizes), tf.int64))
+    @property
+    def sizes(self) -> list:
+        """The sizes the workers are given now."""
+        return list(self._sizes)
 
-    def sync_local(self, worker):
-        """Inside a step: copy this worker's allocated size to its local variable."""
-        return self.local_size.assign(tf.gather(self.sizes, worker))
+    def set_sizes(self, sizes) -> None:
+        """Give each worker its entry of ``sizes``: every worker when they changed, else
+        only a worker whose copy is new (created since, or re-created after a restart).
+        One assign per worker given, from the chief; a worker unreachable now gets it
+        at the next call."""
+        with self._lock:
+            changed = list(sizes) != self._sizes
+            self._sizes = list(sizes)
+            per_worker = self.local_size._per_worker_vars  # pylint: disable=protected-access
+            if per_worker is None:
+                return  # no worker copy yet: each is created holding the first size
+            for worker, remote in enumerate(per_worker._values):  # pylint: disable=protected-access
+                variable = _ready_variable(remote)
+                if variable is None or (not changed and self._assigned.get(worker) is variable):
+                    continue
+                try:
+                    variable.assign(self._sizes[worker])
+                    self._assigned[worker] = variable
+                except tf.errors.OpError:
+                    self._assigned.pop(worker, None)  # down now: try at the next call
 
     def wrap_dataset_fn(self, dataset_fn):
         def batched_dataset_fn(input_context):
@@ -72,6 +94,13 @@ class BatchAllocation:
                             "train with allocated sizes, pass a dataset_fn that returns "
                             "unbatched examples as %s.", _HOW)
         return dataset
+
+
+def _ready_variable(remote):
+    """The variable of a per-worker `RemoteValue` once it exists on its worker, else
+    None (being created, or its worker failed): never waits for it."""
+    # pylint: disable=protected-access
+    return remote._values if remote._status_available_event.is_set() else None
 
 
 def _for_evaluation(dataset) -> bool:

@@ -206,8 +206,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self._allocation = None  # before the coordinator: its threads read it at once
         self.coordinator = KSyncCoordinator(self)
         if schedule is not None:
-            self._allocation = BatchAllocation(self, controller.sizes,
-                                               "/job:ps/replica:0/task:0")
+            self._allocation = BatchAllocation(self, controller.sizes)
 
     @property
     def refresh_every(self) -> int:
@@ -271,8 +270,6 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                                 elapsed, worker, direct=self._direct)
             once = graph is function_graph and self._pushes_traced[function_graph] == 0
             self._pushes_traced[function_graph] = 1 if once else None
-            if self._allocation is not None:
-                self._allocation.sync_local(worker)
             if self._may_wait:
                 self._waits_in_graph = True
                 if _inside_loop(graph):
@@ -377,8 +374,10 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                 blocked_workers=self._blocked_workers(counters), loss=self._loss))
             if decision.changed:
                 self._state.set_rule(decision.rule)
-            if decision.sizes is not None:
-                self._allocation.set_sizes(decision.sizes)
+            if self._allocation is not None:
+                # The controller's sizes, new or not: they also reach a worker whose
+                # copy is new, and sizes restored from a checkpoint.
+                self._allocation.set_sizes(self.controller.sizes)
             return True
         finally:
             self.rule_lock.release()
@@ -421,8 +420,6 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                        contributed=state.contributed, worker_sums=state.worker_sums,
                        worker_last=state.worker_last, staleness=state.staleness_hist,
                        pending_samples=state.pending_samples, accumulators=accumulators)
-        if self._allocation is not None:
-            objects["batch_sizes"] = self._allocation.sizes
         return objects
 
     def shutdown(self) -> None:

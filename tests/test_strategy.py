@@ -196,6 +196,9 @@ def test_batch_allocation_balances_a_worker_slowed_3x(cluster):
     sizes = after["allocation"]["sizes"]
     assert sum(sizes) == 96 and after["allocation"]["history"][0]["stage"] == "profile"
     assert 0.2 < sizes[2] / np.mean(sizes[:2]) < 0.5, sizes
+    # The chief gave each worker its own size (no step reads it from the PS).
+    local = strategy._allocation.local_size.read_all()
+    assert [int(v) for v in local] == sizes
     step_times = [(a["busy_s"] - b["busy_s"]) / (a["pushes"] - b["pushes"])
                   for a, b in zip(after["workers"], before["workers"])]
     assert max(step_times) / min(step_times) < 1.3, step_times

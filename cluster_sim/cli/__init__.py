@@ -29,10 +29,13 @@ def time_fit(cluster, model, creator, steps: int, warmup: int,
     """(steps/s, CPU ms per step by process) of ``steps`` `fit` steps of ``model`` on
     ``creator``, after ``warmup`` untimed ones (they trace the step). The CPU dict has
     "chief" (this process: dispatch and the coordinator's threads), "worker" and "ps"
-    (all tasks of the job) and their "total". CPU time is the figure to compare: wall
-    time on a shared machine swings. ``samples``: a callable returning the examples
-    trained on so far, for steps whose batches differ in size; the dict then has
-    "samples_per_step" too."""
+    (all tasks of the job), their "total", and "parts": the same time by role and
+    thread (`cluster_sim.cpu_profile.cluster_parts`). CPU time is the figure to compare:
+    wall time on a shared machine swings. ``samples``: a callable returning the
+    examples trained on so far, for steps whose batches differ in size; the dict then
+    has "samples_per_step" too."""
+    from cluster_sim.cpu_profile import cluster_parts
+
     model.fit(creator, epochs=1, steps_per_epoch=warmup, verbose=0)
 
     def cpu():
@@ -40,11 +43,13 @@ def time_fit(cluster, model, creator, steps: int, warmup: int,
                 "ps": cluster.cpu_seconds("ps")}
 
     samples_start = samples() if samples else 0
-    start, cpu_start = time.perf_counter(), cpu()
+    start, cpu_start, parts_start = time.perf_counter(), cpu(), cluster_parts(cluster)
     model.fit(creator, epochs=1, steps_per_epoch=steps, verbose=0)
     rate = steps / (time.perf_counter() - start)
     cpu_ms = {role: 1e3 * (used - cpu_start[role]) / steps for role, used in cpu().items()}
     cpu_ms["total"] = sum(cpu_ms.values())
+    cpu_ms["parts"] = {part: 1e3 * (used - parts_start.get(part, 0.0)) / steps
+                       for part, used in cluster_parts(cluster).items()}
     if samples:
         cpu_ms["samples_per_step"] = (samples() - samples_start) / steps
     return rate, cpu_ms

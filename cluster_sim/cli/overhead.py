@@ -13,8 +13,13 @@ it prints medians over the runs of:
   coordinator's threads, the gate), the workers (input, forward and backward pass, the
   push's client side) and the PS (the optimizer's update, ksync's critical section, the
   reads the gate and allocation make);
+- where the cost goes: the CPU per step of each process split by what
+  its threads do (`cluster_sim.cpu_profile`): the chief's Keras dispatch, its closure
+  threads (each step's remote call and ksync's gate), ksync's monitor, TensorFlow's
+  runtime; the workers' and the PS's op threads and gRPC threads;
 - the reads the chief makes of the PS beyond the steps: gate reads and rule refreshes
-  per step.
+  per step, and what one of each costs (CPU of chief and PS, timed after the run):
+  their product is their share of a step.
 - with an allocation arm (``asp+alloc``, ``bsp+alloc``) and its rule among the
   configurations: allocation against equal batches per sample (samples/s, CPU per
   sample), paired by repeat: on identical workers that is allocation's pure cost.
@@ -77,9 +82,26 @@ def _measure(cluster, config, steps, warmup, data):
     cpu_ms.setdefault("samples_per_step", BATCH)
     after = _chief_reads(strategy)
     reads = {k: (after[k] - before[k]) / (steps + warmup) for k in after}
+    if policy is not None:
+        reads["gate_ms"] = _cpu_ms_per_call(cluster, strategy.gate_state)
+        reads["refresh_ms"] = _cpu_ms_per_call(cluster, strategy._state.counters)
+        # Its coordinator's threads would go on refreshing the rule until the cluster
+        # is gone, and say they could not at the end.
+        strategy.shutdown()
     del model, strategy
     gc.collect()
     return rate, cpu_ms, reads
+
+
+def _cpu_ms_per_call(cluster, read, calls=100):
+    """CPU ms of the chief and the PS tasks per call of ``read`` (a read of the PS the
+    chief makes), after one untimed call (it traces)."""
+    import time
+    read()
+    start = time.process_time() + cluster.cpu_seconds("ps")
+    for _ in range(calls):
+        read()
+    return 1e3 * (time.process_time() + cluster.cpu_seconds("ps") - start) / calls
 
 
 def _samples(strategy):
@@ -146,8 +168,46 @@ def run(args) -> int:
     print("CPU ms are per step, summed over the job's processes; the chief's include "
           "Keras' dispatch and the coordinator's threads. 'vs stock (90% CI)': median of "
           "each run's CPU ratio to the stock run of the same repeat, bootstrap interval.")
+    _print_reads(runs)
+    _print_parts(runs)
     _print_allocation(runs)
     return 0
+
+
+def _print_reads(runs) -> None:
+    """The chief's reads of the PS: per step, the CPU of one, and their product."""
+    rows = []
+    for name, rs in runs.items():
+        if "gate_ms" not in rs[0][2]:
+            continue
+        cells = [name]
+        for kind in ("gate", "refresh"):
+            per_step = statistics.median(r[2][kind] for r in rs)
+            cost = statistics.median(r[2][f"{kind}_ms"] for r in rs)
+            cells += [f"{per_step:.3f}", f"{cost:.2f}", f"{per_step * cost:.2f}"]
+        rows.append(cells)
+    _print_table("The chief's reads of the PS besides the steps (CPU of chief + PS per "
+                 "read, timed after each run; medians):",
+                 ["config", "gate reads/step", "ms/read", "ms/step", "refreshes/step",
+                  "ms/refresh", "ms/step"], rows)
+
+
+def _print_parts(runs) -> None:
+    """CPU per step by process and thread (`cluster_sim.cpu_profile`), beside stock."""
+    from cluster_sim.cpu_profile import PARTS
+
+    def part(name, key):
+        return statistics.median(r[1]["parts"].get(key, 0.0) for r in runs[name])
+
+    keys = [f"{role}:{p}" for role, ps in PARTS.items() for p in ps]
+    rows = [[key] + [f"{part(name, key):.2f}" + ("" if name == "stock" else
+                                                 f" ({part(name, key) - part('stock', key):+.2f})")
+                     for name in runs] for key in keys]
+    _print_table("Where a step's CPU goes, ms per step by process and thread (medians; in "
+                 "brackets the difference to stock). chief:dispatch is Keras' loop, "
+                 "chief:steps the coordinator's closure threads (remote calls, ksync's gate "
+                 "and refreshes), chief:ksync ksync's monitor thread; ops/rpc are "
+                 "TensorFlow's op and gRPC threads:", ["process:thread"] + list(runs), rows)
 
 
 def _print_allocation(runs) -> None:
@@ -170,11 +230,17 @@ def _print_allocation(runs) -> None:
                      f"{1e3 * statistics.median(per_sample[name]):.0f}",
                      f"{1e3 * statistics.median(per_sample[equal]):.0f}",
                      f"{cpu:.3f} [{cpu_low:.2f}, {cpu_high:.2f}]"])
+    _print_table("Batch allocation against equal batches, same rule, homogeneous workers "
+                 "(paired by repeat, 90% CI):",
+                 ["arms", "samples/s alloc", "equal", "ratio (90% CI)",
+                  "CPU us/sample alloc", "equal", "ratio (90% CI)"], rows)
+
+
+def _print_table(title, headers, rows) -> None:
+    """A titled table, or nothing when it has no rows."""
     if rows:
-        print("\nBatch allocation against equal batches, same rule, homogeneous workers "
-              "(paired by repeat, 90% CI):")
-        print(text_table(["arms", "samples/s alloc", "equal", "ratio (90% CI)",
-                          "CPU us/sample alloc", "equal", "ratio (90% CI)"], rows))
+        print("\n" + title)
+        print(text_table(headers, rows))
 
 
 def add_arguments(parser) -> None:
