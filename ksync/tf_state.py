@@ -294,8 +294,10 @@ class PSUpdateState:
         # there, so a worker frozen or killed mid-push can never hold it (and every
         # other worker) while its tensors are on the way.
         # The gradient's squared norm (for the noise scale) is summed on the worker,
-        # where the gradient is, and crosses as one more scalar.
-        sq_norm = tf.add_n([_sq_norm(g) for g in grads])
+        # where the gradient is, and crosses as one more scalar. A direct push keeps no
+        # noise statistics (no round has several gradients), so it skips the pass.
+        sq_norm = tf.constant(0.0, tf.float64) if direct else \
+            tf.add_n([_sq_norm(g) for g in grads])
         grads = [_copy_to(g, v.device) for (_, v, _), g in zip(updates, grads)]
         # The push's scalars travel as one tensor: each tensor crossing to the PS is
         # one more transfer per step.

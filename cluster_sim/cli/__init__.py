@@ -55,6 +55,14 @@ def time_fit(cluster, model, creator, steps: int, warmup: int,
     return rate, cpu_ms
 
 
+def release(strategy) -> None:
+    """Stop a `KSyncStrategy`'s coordinator threads once a command is done with it: they
+    would go on refreshing the rule until the cluster is gone, and then say they could
+    not. The stock strategy has nothing to stop."""
+    if hasattr(strategy, "shutdown"):
+        strategy.shutdown()
+
+
 def quiet_exit(code: int) -> None:
     """Exit without the hundreds of "Failed to remove function remotely" lines that
     TensorFlow's eager context logs at interpreter exit, when it tries to free functions

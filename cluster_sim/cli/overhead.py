@@ -35,7 +35,7 @@ import gc
 import statistics
 import sys
 
-from cluster_sim.cli import prepare_tensorflow, time_fit
+from cluster_sim.cli import prepare_tensorflow, release, time_fit
 from cluster_sim.report.stats import paired_ratio_ci
 from cluster_sim.report.tables import text_table
 
@@ -85,9 +85,7 @@ def _measure(cluster, config, steps, warmup, data):
     if policy is not None:
         reads["gate_ms"] = _cpu_ms_per_call(cluster, strategy.gate_state)
         reads["refresh_ms"] = _cpu_ms_per_call(cluster, strategy._state.counters)
-        # Its coordinator's threads would go on refreshing the rule until the cluster
-        # is gone, and say they could not at the end.
-        strategy.shutdown()
+    release(strategy)
     del model, strategy
     gc.collect()
     return rate, cpu_ms, reads

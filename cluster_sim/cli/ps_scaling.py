@@ -16,7 +16,7 @@ with the workers and the chief, so the absolute figures say little about a real 
 import gc
 import statistics
 
-from cluster_sim.cli import prepare_tensorflow, time_fit
+from cluster_sim.cli import prepare_tensorflow, release, time_fit
 
 ARMS = ("stock", "asp", "bsp", "adaptive")
 
@@ -56,6 +56,7 @@ def _run(cluster, arm, num_ps, steps, warmup, width, features):
 
     rate, cpu_ms = time_fit(cluster, model, keras.utils.experimental.DatasetCreator(dataset_fn),
                             steps, warmup)
+    release(strategy)
     del model, strategy
     gc.collect()
     return rate, cpu_ms["total"]
