@@ -43,11 +43,6 @@ class BatchAllocation:
                                           per_worker_variable=True,
                                           name="ksync/local_batch_size")
 
-    @property
-    def sizes(self) -> list:
-        """The sizes the workers are given now."""
-        return list(self._sizes)
-
     def set_sizes(self, sizes) -> None:
         """Give each worker its entry of ``sizes``: every worker when they changed, else
         only a worker whose copy is new (created since, or re-created after a restart).
