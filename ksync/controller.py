@@ -87,8 +87,14 @@ class Decision:
     sizes: list | None = None
 
 
-#: weight of the earlier windows' noise sums at each observation.
+#: weight of the earlier rounds' noise sums after each `NOISE_WINDOW` rounds more.
 NOISE_MEMORY = 0.8
+NOISE_WINDOW = 20
+#: rounds (faded as the sums) the noise sums must cover before the policy sees a
+#: measured noise scale: the estimate of the first few dozen rounds swings 3x (seen in
+#: the simulated benchmark: 570-780 at update 35 where it settles near 200), and
+#: `ksync.Adaptive` acted on it.
+MIN_NOISE_ROUNDS = 50.0
 
 
 def _window_batches(now, before) -> tuple | None:
@@ -151,8 +157,9 @@ class RuleController:
         self._observed = None   # Measurement at the last observation
         self._observations = 0
         self._allocated = None  # Measurement at the last allocation
-        # (|G|^2, tr(S)) sums of the recent rounds, older windows fading by NOISE_MEMORY.
-        self._noise = (0.0, 0.0)
+        # (|G|^2, tr(S), rounds) sums of the recent rounds, older ones fading by
+        # NOISE_MEMORY every NOISE_WINDOW rounds.
+        self._noise = (0.0, 0.0, 0.0)
 
     @property
     def refresh_every(self) -> int:
@@ -292,13 +299,18 @@ class RuleController:
 
     def _noise_scale(self, now, before):
         """The noise scale of the recent rounds: this window's sums plus the earlier
-        windows' faded by `NOISE_MEMORY` (one window of 20 two-gradient rounds alone
-        is too noisy to act on)."""
+        rounds' faded by `NOISE_MEMORY` every `NOISE_WINDOW` rounds (about the last 100
+        rounds count, however often the policy observes: 20 two-gradient rounds alone
+        are too noisy to act on); None until they cover `MIN_NOISE_ROUNDS`."""
         if len(now.noise_sums) < 2:
             return None
-        window = np.subtract(now.noise_sums[:2], (before.noise_sums or (0.0, 0.0))[:2])
-        self._noise = tuple(NOISE_MEMORY * a + float(b) for a, b in zip(self._noise, window))
-        return noise_scale(*self._noise)
+        rounds = max(0, now.version - before.version)
+        window = (*np.subtract(now.noise_sums[:2], (before.noise_sums or (0.0, 0.0))[:2]),
+                  rounds)
+        fade = NOISE_MEMORY ** (rounds / NOISE_WINDOW)
+        self._noise = tuple(fade * a + float(b) for a, b in zip(self._noise, window))
+        signal, trace, rounds = self._noise
+        return noise_scale(signal, trace) if rounds >= MIN_NOISE_ROUNDS else None
 
     def _maybe_allocate(self, now):
         if self.schedule is None:

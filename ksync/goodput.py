@@ -14,31 +14,42 @@ worker's step time ``t_i`` and batch ``b_i`` it predicts
   step computes on what it read; `ksync.Adaptive` measures it from the staleness the PS
   sees under an asynchronous rule). A bound drops the workers whose ``s_i`` exceeds it,
   which lowers L and so the others' staleness (a fixed point).
-- **statistical efficiency of one update.** Batch: ``M / (M + B)`` for ``M`` samples,
-  with ``B`` the gradient noise scale (`ksync.noise`) divided by ``(1 + mu) / (1 - mu)``,
-  the updates over which momentum ``mu`` averages the gradient noise. Staleness: a
-  gradient ``s`` updates old is worth ``1 / (1 + (s / tau)^3)`` of a fresh one; ``tau``,
-  the staleness tolerance, is where a stale gradient has lost half its worth. With
-  momentum the loss of worth is steep, not gradual: gradients a few updates old still
-  point downhill, those about one momentum oscillation old point across it. (Measured in
-  the simulator on the benchmark's teacher task: the correlation of true gradients s
-  updates apart falls from 0.85 at s = 1 to about 0 at s = 4 under BSP.)
+- **statistical efficiency of one update.** Batch: ``M / (M + B')`` for ``M`` samples,
+  with ``B'`` the gradient noise scale ``B`` (`ksync.noise`) divided by ``(1 + mu) / (1 -
+  mu)``, the updates over which momentum ``mu`` averages the gradient noise. Staleness: a
+  gradient ``s`` updates old is worth ``1 / (1 + (s / tau)^3)`` of a fresh one, where
+  ``tau = tolerance * M / (M + B)`` is where it has lost half its worth. With momentum
+  the loss of worth is steep, not gradual: gradients a few updates old still point
+  downhill, those about one momentum oscillation old point across it. And it is
+  steeper the noisier an update (``M`` small against ``B``): what the parameters moved
+  since a stale gradient's read is then mostly noise, which that gradient cannot pull
+  back. (Measured in the simulator on the benchmark's teacher task: with a constant
+  ``tau`` the best value was 2 updates on 8 workers, K = 4 and about 128 samples an
+  update, and 4 on 64 workers, K = 16 and 512 samples, at noise scales of 200-900.)
+  As ``B`` grows with training, the model asks for larger, fresher updates.
 
 ``goodput = updates/s x batch efficiency x mean staleness efficiency`` is in "ideal
 updates per second": what an update of infinite batch at the current parameters would
 do, per second.
 
-Example: 8 equal workers; K-async with K = 2 beats BSP and ASP at a noise scale of 60.
+Example: 8 equal workers under momentum 0.9. At a noise scale of 256 samples K-async
+with K = 4 beats BSP and ASP; at 600 (later in training) its updates are noisier, a
+stale gradient is worth less, and BSP comes close.
 
 >>> from ksync.rule import Rule
 >>> times, batches = [0.1] * 8, [32] * 8
->>> for rule in (Rule(k=8, wait=True, max_staleness=0), Rule(k=1, wait=False, max_staleness=16),
-...              Rule(k=2, wait=False, max_staleness=8)):
-...     f = forecast(rule, times, batches, noise_scale=60.0, tolerance=4.0)
-...     print(f"{rule.describe():38s} {f.updates_per_s:5.1f} {f.staleness:4.1f} {f.goodput:5.2f}")
-K=8 sync, drop beyond staleness 0       10.0  0.0  8.10
-K=1 async, drop beyond staleness 16     80.0  7.0  4.38
-K=2 async, drop beyond staleness 8      40.0  3.5 12.36
+>>> for noise_scale in (256.0, 600.0):
+...     for rule in (Rule(k=8, wait=True, max_staleness=0), Rule(k=1, wait=False, max_staleness=16),
+...                  Rule(k=4, wait=False, max_staleness=4)):
+...         f = forecast(rule, times, batches, noise_scale, tolerance=10.0, momentum=0.9)
+...         print(f"{noise_scale:4.0f} {rule.describe():36s} {f.updates_per_s:5.1f} "
+...               f"{f.staleness:4.1f} {f.tolerance:4.1f} {f.goodput:5.2f}")
+ 256 K=8 sync, drop beyond staleness 0     10.0  0.0  5.0  9.50
+ 256 K=1 async, drop beyond staleness 16   80.0  7.0  1.1  0.22
+ 256 K=4 async, drop beyond staleness 4    20.0  1.8  3.3 15.81
+ 600 K=8 sync, drop beyond staleness 0     10.0  0.0  3.0  8.90
+ 600 K=1 async, drop beyond staleness 16   80.0  7.0  0.5  0.02
+ 600 K=4 async, drop beyond staleness 4    20.0  1.8  1.8  8.08
 """
 
 import dataclasses
@@ -56,6 +67,7 @@ class Forecast:
     updates_per_s: float
     samples_per_update: float
     staleness: float         # mean staleness of accepted gradients, in updates
+    tolerance: float         # staleness at which a gradient of this rule is worth half
     contributors: int        # workers whose gradients are accepted
     batch_efficiency: float
     staleness_efficiency: float
@@ -64,7 +76,7 @@ class Forecast:
     def describe(self) -> str:
         return (f"{self.rule.describe()}: {self.updates_per_s:.3g} updates/s of "
                 f"{self.samples_per_update:.0f} samples from {self.contributors} worker(s), "
-                f"staleness {self.staleness:.1f}, efficiency {self.batch_efficiency:.2f} x "
+                f"staleness {self.staleness:.1f} (tolerance {self.tolerance:.1f}), efficiency {self.batch_efficiency:.2f} x "
                 f"{self.staleness_efficiency:.2f}, goodput {self.goodput:.3g}")
 
 
@@ -86,10 +98,33 @@ def staleness_efficiency(staleness: float, tolerance: float) -> float:
     return 1.0 / (1.0 + (max(staleness, 0.0) / tolerance) ** 3)
 
 
+def per_update(noise_scale: float, momentum: float) -> float:
+    """The noise scale that matters per update: momentum ``mu`` averages the gradient
+    noise over about ``(1 + mu) / (1 - mu)`` updates.
+
+    >>> round(per_update(190.0, 0.9), 6)
+    10.0
+    """
+    return noise_scale * (1.0 - momentum) / (1.0 + momentum)
+
+
+def tolerance_at(samples: float, noise_scale: float, tolerance: float) -> float:
+    """The staleness at which a gradient is worth half a fresh one, for updates of
+    ``samples`` samples at noise scale ``noise_scale``: ``tolerance`` (that of a noise-free
+    update) times the update's signal fraction ``M / (M + B)``.
+
+    >>> tolerance_at(128, 384, 8.0), tolerance_at(512, 384, 8.0)
+    (2.0, 4.571428571428571)
+    """
+    return tolerance * samples / (samples + noise_scale) if samples > 0 else tolerance
+
+
 def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: float,
-             exposure: float = 1.0) -> Forecast:
+             exposure: float = 1.0, momentum: float = 0.0) -> Forecast:
     """Predicted throughput, staleness and goodput of ``rule`` for workers with step
-    times ``step_times`` (seconds) and batches ``batches`` (samples per step).
+    times ``step_times`` (seconds) and batches ``batches`` (samples per step), at the
+    simple noise scale ``noise_scale`` (samples) under SGD momentum ``momentum``;
+    ``tolerance`` is the staleness tolerance of a noise-free update (`tolerance_at`).
 
     ``exposure`` is the fraction of a step between reading the parameters and pushing
     the gradient: 1 when the whole step computes on the parameters read at its start
@@ -98,13 +133,15 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
     times = [float(t) for t in step_times]
     if not times or min(times) <= 0:
         raise ValueError(f"step times must be positive seconds, got {step_times!r}")
+    batch_scale = per_update(noise_scale, momentum)
     if rule.wait:
         order = sorted(range(len(times)), key=times.__getitem__)[:rule.k]
         if len(order) < rule.k:
-            return _forecast(rule, 0.0, 0.0, 0.0, 0, 1.0, noise_scale)
+            return _forecast(rule, 0.0, 0.0, 0.0, tolerance, 0, 1.0, batch_scale)
         samples = float(sum(batches[i] for i in order))
-        return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0, len(order), 1.0,
-                         noise_scale)
+        return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0,
+                         tolerance_at(samples, noise_scale, tolerance), len(order), 1.0,
+                         batch_scale)
     accepted = list(range(len(times)))
     for _ in range(len(times) + 1):
         rate = sum(1.0 / times[i] for i in accepted)
@@ -117,20 +154,23 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
             break
         accepted = now
     if not accepted:
-        return _forecast(rule, 0.0, 0.0, 0.0, 0, 1.0, noise_scale)
+        return _forecast(rule, 0.0, 0.0, 0.0, tolerance, 0, 1.0, batch_scale)
     rate = sum(1.0 / times[i] for i in accepted)
     flow = {i: batches[i] / times[i] for i in accepted}   # samples per second
     total = sum(flow.values())
+    samples = rule.k * total / rate
+    tau = tolerance_at(samples, noise_scale, tolerance)
     mean_stale = sum(flow[i] * stale[i] for i in accepted) / total
-    worth = sum(flow[i] * staleness_efficiency(stale[i], tolerance) for i in accepted) / total
-    return _forecast(rule, rate / rule.k, rule.k * total / rate, mean_stale, len(accepted),
-                     worth, noise_scale)
+    worth = sum(flow[i] * staleness_efficiency(stale[i], tau) for i in accepted) / total
+    return _forecast(rule, rate / rule.k, samples, mean_stale, tau, len(accepted), worth,
+                     batch_scale)
 
 
-def _forecast(rule, updates_per_s, samples, staleness, contributors, worth, noise_scale):
-    batch = batch_efficiency(samples, noise_scale)
-    return Forecast(rule, updates_per_s, samples, staleness, contributors, batch, worth,
-                    updates_per_s * batch * worth)
+def _forecast(rule, updates_per_s, samples, staleness, tolerance, contributors, worth,
+              batch_scale):
+    batch = batch_efficiency(samples, batch_scale)
+    return Forecast(rule, updates_per_s, samples, staleness, tolerance, contributors, batch,
+                    worth, updates_per_s * batch * worth)
 
 
 def grid(n: int) -> list:
@@ -174,12 +214,12 @@ def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
 
 
 def rank(step_times, batches, noise_scale: float, tolerance: float, exposure: float = 1.0,
-         usual_times=None) -> list:
+         usual_times=None, momentum: float = 0.0) -> list:
     """Every `candidates` rule's `Forecast`, best goodput first (ties in candidate order).
 
-    >>> rank([0.1] * 8, [32] * 8, noise_scale=60.0, tolerance=4.0)[0].rule.describe()
-    'K=3 async, drop beyond staleness 5'
+    >>> rank([0.1] * 8, [32] * 8, noise_scale=256.0, tolerance=10.0, momentum=0.9)[0].rule.describe()
+    'K=4 async, drop beyond staleness 4'
     """
-    out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure)
+    out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure, momentum)
            for rule in candidates(step_times, exposure=exposure, usual_times=usual_times)]
     return sorted(out, key=lambda f: -f.goodput)

@@ -49,6 +49,7 @@ A policy of one's own only decides; the controller records its reason:
 import dataclasses
 import inspect
 import math
+import statistics
 import typing
 
 from ksync.rule import Rule
@@ -303,7 +304,6 @@ class _GoodputInputs(typing.NamedTuple):
     batches: list       # samples per step
     noise_scale: float  # B_simple, measured or assumed
     measured: bool
-    scale: float        # the noise scale per update under momentum
     exposure: float
 
 
@@ -316,54 +316,58 @@ class Adaptive(Policy):
     candidate rule (K-sync for K on a grid, BSP included; K-async for K on a grid with a
     staleness bound that drops only a stalled step's gradient) the updates per second,
     the samples per update and each worker's staleness. An update's worth is its batch
-    efficiency ``M / (M + B)``, with ``B`` the gradient noise scale the PS measures
-    (`ksync.noise`; it grows as the loss falls, which moves the choice toward larger
-    updates) averaged over momentum's horizon, times the mean worth of its gradients'
-    staleness, ``1 / (1 + (s / staleness_tolerance)^3)``. It starts with the rule the
+    efficiency ``M / (M + B')``, with ``B'`` the gradient noise scale ``B`` the PS
+    measures (`ksync.noise`) averaged over momentum's horizon, times the mean worth of
+    its gradients' staleness, ``1 / (1 + (s / tau)^3)`` with ``tau =
+    staleness_tolerance * M / (M + B)``: the noisier an update, the less a stale
+    gradient is worth. ``B`` grows as the loss falls, which moves the choice toward
+    larger, fresher updates as training goes. It starts with the rule the
     model picks for equal workers whose whole step is exposed, at the noise scale of one
     BSP update (not with BSP: a synchronous start, then K-async, was slower in the
     simulated benchmark than K-async from the start), decides first after
     ``first_refresh`` updates, and moves to another rule only when that rule's predicted
     goodput beats the current one's by more than ``hysteresis``. `ksync.RuleController`
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
-    predicted updates/s, samples and staleness, and the runner-up's goodput.
+    predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
 
     Args:
       refresh_every: updates between two decisions.
       momentum: the optimizer's momentum; it averages gradient noise over about
         ``(1 + momentum) / (1 - momentum)`` updates, which divides the noise scale that
-        matters per update.
-      staleness_tolerance: staleness (in updates) at which a gradient is worth half a
-        fresh one. The default 3 is a constant chosen on the simulated benchmark (SGD,
-        momentum 0.9, whole steps exposed) among 2, 3 and 4, as the one whose time to
-        target is nearest the tuned fixed rule's in the worst of `slow3x` on 8 workers
-        and `static` and `trace` on 64 (the best value moves with the scale: 2 on 8
-        workers, 4 on 64); not measured online.
+        matters for an update's batch efficiency.
+      staleness_tolerance: staleness (in updates) at which a gradient of a noise-free
+        update is worth half a fresh one; an update of ``M`` samples at noise scale
+        ``B`` tolerates ``M / (M + B)`` of it. The default 12 was chosen on the
+        simulated benchmark (SGD, momentum 0.9, whole steps exposed) among 8, 10, 11
+        and 12; see README's policy section for how.
       noise_scale: the noise scale ``B_simple`` to assume until the PS has measured one
         (None: the samples of one BSP update).
       hysteresis: relative goodput gain a new rule needs over the current one (the
         inputs are noisy, and a small value flaps between near-equal K).
 
-    Example: the rule it starts with, and its decision on four workers, one four times
-    slower, at a measured noise scale of 600 (here from BSP, as a user's earlier rule).
+    Example: the rule it starts with, and its decisions on four workers of 32 samples a
+    step, one four times slower (here from BSP, as a user's earlier rule): K-async early
+    in training (noise scale 100), waiting for the three fast workers later (600).
 
     >>> import ksync
     >>> policy = ksync.Adaptive()
     >>> policy.rule(8).describe()
     'K=3 async, drop beyond staleness 5'
     >>> context = ksync.Context(num_workers=4, rule=ksync.BSP().rule(4))
-    >>> observation = ksync.Observation(version=20, iteration_times=(0.1, 0.1, 0.1, 0.4),
-    ...                                 live_workers=(0, 1, 2, 3), noise_scale=600.0)
-    >>> rule, reason = policy.observe(observation, context)
-    >>> rule.describe()
-    'K=3 async, drop beyond staleness 8'
+    >>> for noise_scale in (100.0, 600.0):
+    ...     observation = ksync.Observation(
+    ...         version=20, iteration_times=(0.1, 0.1, 0.1, 0.4), live_workers=(0, 1, 2, 3),
+    ...         noise_scale=noise_scale, batch_sizes=(32, 32, 32, 32))
+    ...     print(policy.observe(observation, context)[0].describe())
+    K=2 async, drop beyond staleness 12
+    K=3 sync, drop beyond staleness 0
     """
 
     name = "adaptive"
     first_refresh = 5
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
-                 staleness_tolerance: float = 3.0, noise_scale: float | None = None,
+                 staleness_tolerance: float = 12.0, noise_scale: float | None = None,
                  hysteresis: float = 0.15):
         _check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
@@ -391,13 +395,8 @@ class Adaptive(Policy):
         # ``first_refresh`` updates.
         from ksync import goodput
         equal = [1.0] * num_workers
-        return goodput.rank(equal, equal, self._per_update(num_workers),
-                            self.staleness_tolerance)[0].rule
-
-    def _per_update(self, noise_scale):
-        """The noise scale that matters per update: momentum averages the gradient noise
-        over about (1 + momentum) / (1 - momentum) updates."""
-        return noise_scale * (1.0 - self.momentum) / (1.0 + self.momentum)
+        return goodput.rank(equal, equal, num_workers, self.staleness_tolerance,
+                            momentum=self.momentum)[0].rule
 
     def _inputs(self, observation, context) -> "_GoodputInputs":
         """What the model needs from ``observation``, each computed once."""
@@ -407,24 +406,26 @@ class Adaptive(Policy):
                 if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
         sizes = observation.batch_sizes
         times = [now[w] for w in live]
-        batches = [float(sizes[w]) if sizes and sizes[w] else 1.0 for w in live]
+        # A worker with no push in the window (stalled) has its batch of the others': a
+        # size of 1 would make the noise scale, in samples, dwarf its updates.
+        known = [float(sizes[w]) for w in live if sizes and sizes[w]]
+        usual_batch = statistics.median(known) if known else 1.0
+        batches = [float(sizes[w]) if sizes and sizes[w] else usual_batch for w in live]
         measured = observation.noise_scale
         simple = measured if measured is not None else (
             self.noise_scale if self.noise_scale is not None else sum(batches))
-        scale = self._per_update(simple)
         # Exposure: the staleness measured under the current rule against the staleness
         # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
         # every worker in the model); 1 under a waiting rule, which shows none.
         exposure = 1.0
         if times and not context.rule.wait and observation.staleness_mean is not None:
             unbounded = dataclasses.replace(context.rule, max_staleness=None)
-            whole = goodput.forecast(unbounded, times, batches, scale,
+            whole = goodput.forecast(unbounded, times, batches, simple,
                                      self.staleness_tolerance).staleness
             if whole > 0:
                 exposure = min(1.0, max(0.05, observation.staleness_mean / whole))
         usual = [observation.iteration_times[w] or t for w, t in zip(live, times)]
-        return _GoodputInputs(times, usual, batches, simple, measured is not None, scale,
-                              exposure)
+        return _GoodputInputs(times, usual, batches, simple, measured is not None, exposure)
 
     def exposure(self, observation, context) -> float:
         """The fraction of a step between the parameter read and the push, from the
@@ -442,8 +443,9 @@ class Adaptive(Policy):
         from ksync import goodput
         if not inputs.times:
             return []
-        return goodput.rank(inputs.times, inputs.batches, inputs.scale,
-                            self.staleness_tolerance, inputs.exposure, inputs.usual)
+        return goodput.rank(inputs.times, inputs.batches, inputs.noise_scale,
+                            self.staleness_tolerance, inputs.exposure, inputs.usual,
+                            self.momentum)
 
     def observe(self, observation, context):
         from ksync import goodput
@@ -452,12 +454,14 @@ class Adaptive(Policy):
         if not ranked or ranked[0].rule == context.rule:
             return None
         best = ranked[0]
-        current = goodput.forecast(context.rule, inputs.times, inputs.batches, inputs.scale,
-                                   self.staleness_tolerance, inputs.exposure)
+        current = goodput.forecast(context.rule, inputs.times, inputs.batches,
+                                   inputs.noise_scale, self.staleness_tolerance,
+                                   inputs.exposure, self.momentum)
         if best.goodput <= (1.0 + self.hysteresis) * current.goodput:
             return None
+        per_update = goodput.per_update(inputs.noise_scale, self.momentum)
         reason = (f"noise scale {inputs.noise_scale:.0f} "
-                  f"({'measured' if inputs.measured else 'assumed'}; {inputs.scale:.0f} "
+                  f"({'measured' if inputs.measured else 'assumed'}; {per_update:.0f} "
                   f"per update under momentum {self.momentum:g}), exposure "
                   f"{inputs.exposure:.2f}: {best.describe()}; current rule's goodput "
                   f"{current.goodput:.3g}")

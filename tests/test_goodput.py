@@ -1,6 +1,7 @@
 """The goodput rule: the noise-scale estimate, the throughput/staleness model, the
 decisions, and the same code in the controller and the simulator (no cluster)."""
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -122,6 +123,35 @@ def test_a_larger_noise_scale_never_makes_updates_smaller():
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
 
 
+def test_the_noisier_an_update_the_less_staleness_it_tolerates():
+    times, batches = [0.1, 0.1, 0.2, 0.4] * 2, [32] * 8
+    rule = Rule(k=2, wait=False)
+    forecasts = [goodput.forecast(rule, times, batches, scale, tolerance=10.0, momentum=0.9)
+                 for scale in (0.0, 64.0, 640.0)]
+    # tau = tolerance * M / (M + B), M = 64 samples an update.
+    assert [f.tolerance for f in forecasts] == pytest.approx([10.0, 5.0, 10.0 / 11])
+    assert forecasts[0].staleness_efficiency > forecasts[1].staleness_efficiency \
+        > forecasts[2].staleness_efficiency
+    # So the rule chosen moves to fresher gradients as the noise scale grows.
+    stale = []
+    for scale in (50.0, 300.0, 3000.0):
+        proposal = _observe(times, noise_scale=scale)
+        chosen = proposal[0] if proposal else ksync.BSP().rule(8)
+        stale.append(goodput.forecast(chosen, times, batches, scale, 10.0).staleness)
+    assert stale == sorted(stale, reverse=True) and stale[0] > stale[-1]
+
+
+def test_a_worker_without_a_push_in_the_window_keeps_the_others_batch():
+    policy = ksync.Adaptive()
+    context = ksync.Context(num_workers=4, rule=Rule(k=2, wait=False))
+    observation = ksync.Observation(version=20, iteration_times=(0.1, 0.1, 0.1, 0.1),
+                                    live_workers=(0, 1, 2, 3), noise_scale=300.0,
+                                    batch_sizes=(32.0, 32.0, 32.0, None))
+    same = dataclasses.replace(observation, batch_sizes=(32.0,) * 4)
+    assert [f.goodput for f in policy.forecasts(observation, context)] == \
+        pytest.approx([f.goodput for f in policy.forecasts(same, context)])
+
+
 def test_a_straggler_is_not_waited_for():
     rule, reason = _observe([0.1] * 7 + [1.5], noise_scale=2000.0)
     # Either a round the seven fast workers complete, or no waiting at all.
@@ -160,6 +190,7 @@ def test_adaptive_by_name_and_bad_arguments():
 # -- the controller and the simulator ----------------------------------------------------
 
 def test_controller_gives_the_policy_the_windowed_noise_scale_and_batches():
+    from ksync.controller import MIN_NOISE_ROUNDS, NOISE_MEMORY, NOISE_WINDOW
     seen = []
 
     class Spy(ksync.Policy):
@@ -180,12 +211,15 @@ def test_controller_gives_the_policy_the_windowed_noise_scale_and_batches():
     controller.refresh(m(1, (1.0, 100.0), (1, 1), (32, 16)))   # before first_refresh
     assert not seen
     controller.refresh(m(2, (2.0, 300.0), (2, 2), (64, 32)))
-    assert seen[-1].noise_scale == pytest.approx(150.0)
+    # Two rounds are too few to act on: the policy is told nothing yet.
+    assert seen[-1].noise_scale is None
     assert seen[-1].batch_sizes == (32.0, 16.0)
     assert seen[-1].staleness_mean == 0.0
-    controller.refresh(m(12, (3.0, 600.0), (4, 4), (128, 64)))
-    # The earlier window fades by NOISE_MEMORY: (0.8 * 300 + 300) / (0.8 * 2 + 1).
-    assert seen[-1].noise_scale == pytest.approx(540 / 2.6)
+    v = 2 + int(MIN_NOISE_ROUNDS)
+    controller.refresh(m(v, (3.0, 600.0), (4, 4), (128, 64)))
+    # The earlier rounds fade by NOISE_MEMORY every NOISE_WINDOW rounds.
+    fade = NOISE_MEMORY ** ((v - 2) / NOISE_WINDOW)
+    assert seen[-1].noise_scale == pytest.approx((fade * 300 + 300) / (fade * 2 + 1))
 
 
 def test_adaptive_starts_with_the_models_rule_for_equal_workers():
@@ -206,13 +240,16 @@ def test_the_simulator_measures_the_noise_scale_that_adaptive_observes():
             return super().observe(observation, context)
 
     sim = Simulation(Seen(refresh_every=10),
-                     SimConfig(num_workers=4, max_pushes=400, eval_every=100,
+                     SimConfig(num_workers=4, max_pushes=600, eval_every=100,
                                stop_at_target=False))
     result = sim.run()
     assert result["applied"] + result["dropped"] + result["pending"] == result["pushed"]
     signal, trace = sim.noise_sums
     assert signal > 0 and trace > 0
-    assert seen and all(b is not None and b > 0 for b in seen[1:])
+    # Measured once the sums cover MIN_NOISE_ROUNDS rounds (~60 updates), then always.
+    measured = [b for b in seen if b is not None]
+    assert measured and all(b > 0 for b in measured)
+    assert seen.index(measured[0]) + len(measured) == len(seen) and seen[-1] is not None
 
 
 def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
