@@ -21,11 +21,11 @@ worker's step time ``t_i`` and batch ``b_i`` it predicts
   ``tau = tolerance * M / (M + B)`` is where it has lost half its worth. With momentum
   the loss of worth is steep, not gradual: gradients a few updates old still point
   downhill, those about one momentum oscillation old point across it. And it is
-  steeper the noisier an update (``M`` small against ``B``): what the parameters moved
-  since a stale gradient's read is then mostly noise, which that gradient cannot pull
-  back. (Measured in the simulator on the benchmark's teacher task: with a constant
-  ``tau`` the best value was 2 updates on 8 workers, K = 4 and about 128 samples an
-  update, and 4 on 64 workers, K = 16 and 512 samples, at noise scales of 200-900.)
+  steeper the noisier an update (``M`` small against ``B``). That factor is empirical:
+  in the simulator on the benchmark's teacher task, with a constant ``tau``, the best
+  value was 2 updates on 8 workers (K = 4, about 128 samples an update) and 4 on 64
+  (K = 16, 512 samples), at noise scales of 200-900; ``M / (M + B)`` makes one
+  ``tolerance`` serve both, but not 256 workers, where it tolerates too much.
   As ``B`` grows with training, the model asks for larger, fresher updates.
 
 ``goodput = updates/s x batch efficiency x mean staleness efficiency`` is in "ideal
