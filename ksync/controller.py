@@ -98,13 +98,16 @@ MIN_NOISE_ROUNDS = 50.0
 
 
 def _window_batches(now, before) -> tuple | None:
-    """Each worker's mean samples per push since ``before`` (None where it pushed
-    nothing, or when the caller does not count pushes)."""
+    """Each worker's mean samples per push since ``before``; over the whole run where it
+    pushed nothing since (a stall, or a refresh right after another), None where it
+    never pushed, or when the caller does not count pushes."""
     if not now.worker_pushes or not now.worker_samples:
         return None
     pushes = np.subtract(now.worker_pushes, before.worker_pushes or 0)
     samples = np.subtract(now.worker_samples, before.worker_samples or 0)
-    return tuple(float(s / p) if p > 0 else None for s, p in zip(samples, pushes))
+    return tuple(float(s / p) if p > 0 else (float(total / n) if n > 0 else None)
+                 for s, p, total, n in zip(samples, pushes, now.worker_samples,
+                                           now.worker_pushes))
 
 
 def staleness_quantile(hist, q: float) -> int | None:

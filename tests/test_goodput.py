@@ -284,3 +284,29 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
         standing.standing(rows, oracle, "Nope")
     with pytest.raises(ValueError, match="no bench results.json"):
         standing.load([tmp_path / "static_sim8"])
+
+
+def test_a_window_without_pushes_gives_the_policy_each_workers_run_batch():
+    # A stall-forced refresh right after another sees no push in its window: the
+    # batches must stay in samples (a batch of 1 against a noise scale in samples would
+    # make every asynchronous rule look worthless).
+    seen = []
+
+    class Spy(ksync.Policy):
+        name, refresh_every, first_refresh = "spy", 1, 0
+
+        def _rule(self, n):
+            return Rule(k=n, wait=True, max_staleness=0)
+
+        def observe(self, observation, context):
+            seen.append(observation.batch_sizes)
+            return None
+
+    controller = RuleController(Spy(), num_workers=2)
+    m = lambda v, pushes, samples: Measurement(  # noqa: E731
+        v, live_workers=(0, 1), iteration_times=(0.1, 0.1), worker_pushes=pushes,
+        worker_samples=samples, staleness_hist=(sum(pushes),))
+    controller.refresh(m(0, (0, 0), (0, 0)))
+    controller.refresh(m(4, (4, 4), (128, 64)))
+    controller.refresh(m(5, (4, 4), (128, 64)))
+    assert seen and seen[-1] == (32.0, 16.0)
