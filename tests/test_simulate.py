@@ -51,6 +51,10 @@ def test_every_push_is_counted_and_versions_are_commits(policy, data):
     assert r["applied"] + r["dropped"] + r["pending"] == r["pushed"]
     assert r["version"] == sim.commits == sim.state.version
     assert len(sim.staleness) == r["pushed"]
+    # The histogram and medians kept as pushes come equal those rebuilt from scratch.
+    assert r["staleness_histogram"] == np.bincount(np.clip(sim.staleness, 0, None)).tolist()
+    assert sim._recent_medians() == tuple(float(np.median(d)) if d else None
+                                          for d in sim.recent)
 
 
 def test_bsp_is_large_batch_sgd_on_the_same_samples(data):

@@ -27,6 +27,7 @@ Example:
 
 import collections
 import dataclasses
+import statistics
 
 import numpy as np
 
@@ -217,7 +218,15 @@ class Simulation:
         self.worker_samples = np.zeros(n)
         self.worker_time = np.zeros(n)   # sum of iteration times (compute + communication)
         self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(n)]
+        # Each worker's median over ``recent``, recomputed only for the workers that
+        # pushed since the last refresh (a few of hundreds).
+        self.recent_median = [None] * n
+        self._pushed_since_refresh = set()
         self.staleness = []              # staleness of every push
+        # Their histogram (negative counted as 0), kept as they come: rebuilding it from
+        # the list at every refresh made long runs of many workers quadratic.
+        self.staleness_counts = np.zeros(64, np.int64)
+        self._stale_bins = 1
         self.curve = []
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
         self.tta = None  # when an evaluation first found the target reached
@@ -297,11 +306,12 @@ class Simulation:
             self._flush()
         samples = float(len(self.rows[w]))
         result = state.push(worker=w, version_read=int(self.read_version[w]), samples=samples)
-        self.staleness.append(result.staleness)
+        self._count_staleness(result.staleness)
         self.worker_pushes[w] += 1
         self.worker_samples[w] += samples
         self.worker_time[w] += self.step_time[w]
         self.recent[w].append(self.step_time[w])
+        self._pushed_since_refresh.add(w)
         self.step_started[w] = None
         if result.accepted:
             # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
@@ -339,6 +349,16 @@ class Simulation:
         if c.chunk_pushes and self._chunk_started >= c.chunk_pushes and not self._inflight:
             self._end_chunk()
 
+    def _count_staleness(self, staleness):
+        self.staleness.append(staleness)
+        s = max(int(staleness), 0)
+        if s >= len(self.staleness_counts):
+            grown = np.zeros(2 * s + 1, np.int64)
+            grown[:len(self.staleness_counts)] = self.staleness_counts
+            self.staleness_counts = grown
+        self.staleness_counts[s] += 1
+        self._stale_bins = max(self._stale_bins, s + 1)
+
     def _end_chunk(self):
         # The harness times each fit() whole (its start-up included) before evaluating.
         self.clock.advance(self.config.chunk_overhead_s)
@@ -358,9 +378,9 @@ class Simulation:
         decision = self.controller.refresh(ksync.Measurement(
             version=self.state.version, live_workers=tuple(range(self.config.num_workers)),
             # As the coordinator: each worker's median over its last steps.
-            iteration_times=tuple(float(np.median(r)) if r else None for r in self.recent),
+            iteration_times=self._recent_medians(),
             running_times=tuple(None if t is None else now - t for t in self.step_started),
-            staleness_hist=tuple(np.bincount(np.asarray(self.staleness, np.int64).clip(0))),
+            staleness_hist=tuple(self.staleness_counts[:self._stale_bins].tolist()),
             worker_samples=tuple(self.worker_samples), busy_s=tuple(self.worker_time),
             # The latest validation loss, as the harness's evaluator reports it.
             loss=self.last_loss, worker_pushes=tuple(self.worker_pushes),
@@ -375,6 +395,12 @@ class Simulation:
             self.batch_sizes = list(decision.sizes)
             self.sizes_over_time.append({"wall_s": float(now),
                                          "sizes": list(map(int, decision.sizes))})
+
+    def _recent_medians(self) -> tuple:
+        for w in self._pushed_since_refresh:
+            self.recent_median[w] = float(statistics.median(self.recent[w]))
+        self._pushed_since_refresh.clear()
+        return tuple(self.recent_median)
 
     def _evaluate(self):
         c = self.config
@@ -442,8 +468,7 @@ class Simulation:
         model as ``scenario``."""
         s, wall = self.state, float(self.clock.now)
         samples = float(self.worker_samples.sum())
-        hist = np.bincount(np.asarray(self.staleness, np.int64).clip(0)) if self.staleness \
-            else np.zeros(1, np.int64)
+        hist = self.staleness_counts[:self._stale_bins].copy()
         busy = self.worker_time
         # Each worker's stand-alone rate under the same slowdowns: its samples over the
         # time it spent computing and communicating them.
