@@ -189,21 +189,27 @@ def test_adaptive_by_name_and_bad_arguments():
 
 # -- the controller and the simulator ----------------------------------------------------
 
+class _Spy(ksync.Policy):
+    """BSP that keeps every observation the controller gives it in ``seen``."""
+
+    name = "spy"
+
+    def __init__(self, refresh_every, first_refresh):
+        self.refresh_every, self.first_refresh, self.seen = refresh_every, first_refresh, []
+
+    def _rule(self, n):
+        return Rule(k=n, wait=True, max_staleness=0)
+
+    def observe(self, observation, context):
+        self.seen.append(observation)
+        return None
+
+
 def test_controller_gives_the_policy_the_windowed_noise_scale_and_batches():
     from ksync.controller import MIN_NOISE_ROUNDS, NOISE_MEMORY, NOISE_WINDOW
-    seen = []
-
-    class Spy(ksync.Policy):
-        name, refresh_every, first_refresh = "spy", 10, 2
-
-        def _rule(self, n):
-            return Rule(k=n, wait=True, max_staleness=0)
-
-        def observe(self, observation, context):
-            seen.append(observation)
-            return None
-
-    controller = RuleController(Spy(), num_workers=2)
+    spy = _Spy(refresh_every=10, first_refresh=2)
+    seen = spy.seen
+    controller = RuleController(spy, num_workers=2)
     m = lambda v, sums, pushes, samples: Measurement(  # noqa: E731
         v, live_workers=(0, 1), iteration_times=(0.1, 0.1), worker_pushes=pushes,
         worker_samples=samples, noise_sums=sums, staleness_hist=(sum(pushes),))
@@ -290,23 +296,12 @@ def test_a_window_without_pushes_gives_the_policy_each_workers_run_batch():
     # A stall-forced refresh right after another sees no push in its window: the
     # batches must stay in samples (a batch of 1 against a noise scale in samples would
     # make every asynchronous rule look worthless).
-    seen = []
-
-    class Spy(ksync.Policy):
-        name, refresh_every, first_refresh = "spy", 1, 0
-
-        def _rule(self, n):
-            return Rule(k=n, wait=True, max_staleness=0)
-
-        def observe(self, observation, context):
-            seen.append(observation.batch_sizes)
-            return None
-
-    controller = RuleController(Spy(), num_workers=2)
+    spy = _Spy(refresh_every=1, first_refresh=0)
+    controller = RuleController(spy, num_workers=2)
     m = lambda v, pushes, samples: Measurement(  # noqa: E731
         v, live_workers=(0, 1), iteration_times=(0.1, 0.1), worker_pushes=pushes,
         worker_samples=samples, staleness_hist=(sum(pushes),))
     controller.refresh(m(0, (0, 0), (0, 0)))
     controller.refresh(m(4, (4, 4), (128, 64)))
     controller.refresh(m(5, (4, 4), (128, 64)))
-    assert seen and seen[-1] == (32.0, 16.0)
+    assert spy.seen and spy.seen[-1].batch_sizes == (32.0, 16.0)
