@@ -225,8 +225,7 @@ class Simulation:
         self.staleness = []              # staleness of every push
         # Their histogram (negative counted as 0), kept as they come: rebuilding it from
         # the list at every refresh made long runs of many workers quadratic.
-        self.staleness_counts = np.zeros(64, np.int64)
-        self._stale_bins = 1
+        self.staleness_counts = [0]
         self.curve = []
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
         self.tta = None  # when an evaluation first found the target reached
@@ -306,7 +305,11 @@ class Simulation:
             self._flush()
         samples = float(len(self.rows[w]))
         result = state.push(worker=w, version_read=int(self.read_version[w]), samples=samples)
-        self._count_staleness(result.staleness)
+        self.staleness.append(result.staleness)
+        s = max(int(result.staleness), 0)
+        if s >= len(self.staleness_counts):
+            self.staleness_counts += [0] * (s + 1 - len(self.staleness_counts))
+        self.staleness_counts[s] += 1
         self.worker_pushes[w] += 1
         self.worker_samples[w] += samples
         self.worker_time[w] += self.step_time[w]
@@ -349,16 +352,6 @@ class Simulation:
         if c.chunk_pushes and self._chunk_started >= c.chunk_pushes and not self._inflight:
             self._end_chunk()
 
-    def _count_staleness(self, staleness):
-        self.staleness.append(staleness)
-        s = max(int(staleness), 0)
-        if s >= len(self.staleness_counts):
-            grown = np.zeros(2 * s + 1, np.int64)
-            grown[:len(self.staleness_counts)] = self.staleness_counts
-            self.staleness_counts = grown
-        self.staleness_counts[s] += 1
-        self._stale_bins = max(self._stale_bins, s + 1)
-
     def _end_chunk(self):
         # The harness times each fit() whole (its start-up included) before evaluating.
         self.clock.advance(self.config.chunk_overhead_s)
@@ -380,7 +373,7 @@ class Simulation:
             # As the coordinator: each worker's median over its last steps.
             iteration_times=self._recent_medians(),
             running_times=tuple(None if t is None else now - t for t in self.step_started),
-            staleness_hist=tuple(self.staleness_counts[:self._stale_bins].tolist()),
+            staleness_hist=tuple(self.staleness_counts),
             worker_samples=tuple(self.worker_samples), busy_s=tuple(self.worker_time),
             # The latest validation loss, as the harness's evaluator reports it.
             loss=self.last_loss, worker_pushes=tuple(self.worker_pushes),
@@ -468,7 +461,7 @@ class Simulation:
         model as ``scenario``."""
         s, wall = self.state, float(self.clock.now)
         samples = float(self.worker_samples.sum())
-        hist = self.staleness_counts[:self._stale_bins].copy()
+        hist = np.asarray(self.staleness_counts, np.int64)
         busy = self.worker_time
         # Each worker's stand-alone rate under the same slowdowns: its samples over the
         # time it spent computing and communicating them.
