@@ -18,15 +18,19 @@ worker's step time ``t_i`` and batch ``b_i`` it predicts
   with ``B'`` the gradient noise scale ``B`` (`ksync.noise`) divided by ``(1 + mu) / (1 -
   mu)``, the updates over which momentum ``mu`` averages the gradient noise. Staleness: a
   gradient ``s`` updates old is worth ``1 / (1 + (s / tau)^3)`` of a fresh one, where
-  ``tau = tolerance * M / (M + B)`` is where it has lost half its worth. With momentum
-  the loss of worth is steep, not gradual: gradients a few updates old still point
-  downhill, those about one momentum oscillation old point across it. And it is
-  steeper the noisier an update (``M`` small against ``B``). That factor is empirical:
-  in the simulator on the benchmark's teacher task, with a constant ``tau``, the best
-  value was 2 updates on 8 workers (K = 4, about 128 samples an update) and 4 on 64
-  (K = 16, 512 samples), at noise scales of 200-900; ``M / (M + B)`` makes one
-  ``tolerance`` serve both, but not 256 workers, where it tolerates too much.
-  As ``B`` grows with training, the model asks for larger, fresher updates.
+  ``tau = tolerance * M / (M + B) / (1 + K / halving)`` is where it has lost half its
+  worth, for an update that sums ``K`` gradients. With momentum the loss of worth is
+  steep, not gradual: gradients a few updates old still point downhill, those about
+  one momentum oscillation old point across it. It is steeper the noisier an update
+  (``M`` small against ``B``), and steeper again the more gradients an update sums.
+  Both factors are empirical, fitted in the simulator on the benchmark's teacher task
+  (SGD, momentum 0.9): with a constant ``tau`` the best value was 2 updates on 8
+  workers (K = 4, about 128 samples an update) and 4 on 64 (K = 16, 512 samples), at
+  noise scales of 200-900; ``M / (M + B)`` makes one ``tolerance`` serve both, but
+  tolerates too much on 256 workers (K = 32-64), where the loss then swings near the
+  target; ``1 / (1 + K / halving)`` with ``halving`` 25 gradients takes that back and
+  leaves updates of a few gradients almost as they were. As ``B`` grows with
+  training, the model asks for larger, fresher updates.
 
 ``goodput = updates/s x batch efficiency x mean staleness efficiency`` is in "ideal
 updates per second": what an update of infinite batch at the current parameters would
@@ -108,23 +112,30 @@ def per_update(noise_scale: float, momentum: float) -> float:
     return noise_scale * (1.0 - momentum) / (1.0 + momentum)
 
 
-def tolerance_at(samples: float, noise_scale: float, tolerance: float) -> float:
+def tolerance_at(samples: float, noise_scale: float, tolerance: float,
+                 gradients: float = 1.0, halving: float = math.inf) -> float:
     """The staleness at which a gradient is worth half a fresh one, for updates of
-    ``samples`` samples at noise scale ``noise_scale``: ``tolerance`` (that of a noise-free
-    update) times the update's signal fraction ``M / (M + B)``.
+    ``samples`` samples summing ``gradients`` gradients at noise scale ``noise_scale``:
+    ``tolerance`` (that of a noise-free update of one gradient) times the update's
+    signal fraction ``M / (M + B)``, divided by ``1 + gradients / halving``.
 
     >>> tolerance_at(128, 384, 8.0), tolerance_at(512, 384, 8.0)
     (2.0, 4.571428571428571)
+    >>> tolerance_at(512, 384, 8.0, gradients=16, halving=16.0)
+    2.2857142857142856
     """
-    return tolerance * samples / (samples + noise_scale) if samples > 0 else tolerance
+    signal = samples / (samples + noise_scale) if samples > 0 else 1.0
+    return tolerance * signal / (1.0 + gradients / halving)
 
 
 def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: float,
-             exposure: float = 1.0, momentum: float = 0.0) -> Forecast:
+             exposure: float = 1.0, momentum: float = 0.0,
+             halving: float = math.inf) -> Forecast:
     """Predicted throughput, staleness and goodput of ``rule`` for workers with step
     times ``step_times`` (seconds) and batches ``batches`` (samples per step), at the
     simple noise scale ``noise_scale`` (samples) under SGD momentum ``momentum``;
-    ``tolerance`` is the staleness tolerance of a noise-free update (`tolerance_at`).
+    ``tolerance`` is the staleness tolerance of a noise-free update of one gradient,
+    ``halving`` the gradients per update that halve it (`tolerance_at`).
 
     ``exposure`` is the fraction of a step between reading the parameters and pushing
     the gradient: 1 when the whole step computes on the parameters read at its start
@@ -140,7 +151,8 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
             return _forecast(rule, 0.0, 0.0, 0.0, tolerance, 0, 1.0, batch_scale)
         samples = float(sum(batches[i] for i in order))
         return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0,
-                         tolerance_at(samples, noise_scale, tolerance), len(order), 1.0,
+                         tolerance_at(samples, noise_scale, tolerance, rule.k, halving),
+                         len(order), 1.0,
                          batch_scale)
     accepted = list(range(len(times)))
     for _ in range(len(times) + 1):
@@ -159,7 +171,7 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
     flow = {i: batches[i] / times[i] for i in accepted}   # samples per second
     total = sum(flow.values())
     samples = rule.k * total / rate
-    tau = tolerance_at(samples, noise_scale, tolerance)
+    tau = tolerance_at(samples, noise_scale, tolerance, rule.k, halving)
     mean_stale = sum(flow[i] * stale[i] for i in accepted) / total
     worth = sum(flow[i] * staleness_efficiency(stale[i], tau) for i in accepted) / total
     return _forecast(rule, rate / rule.k, samples, mean_stale, tau, len(accepted), worth,
@@ -214,12 +226,13 @@ def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
 
 
 def rank(step_times, batches, noise_scale: float, tolerance: float, exposure: float = 1.0,
-         usual_times=None, momentum: float = 0.0) -> list:
+         usual_times=None, momentum: float = 0.0, halving: float = math.inf) -> list:
     """Every `candidates` rule's `Forecast`, best goodput first (ties in candidate order).
 
     >>> rank([0.1] * 8, [32] * 8, noise_scale=256.0, tolerance=10.0, momentum=0.9)[0].rule.describe()
     'K=4 async, drop beyond staleness 4'
     """
-    out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure, momentum)
+    out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure, momentum,
+                    halving)
            for rule in candidates(step_times, exposure=exposure, usual_times=usual_times)]
     return sorted(out, key=lambda f: -f.goodput)

@@ -307,6 +307,14 @@ class _GoodputInputs(typing.NamedTuple):
     exposure: float
 
 
+#: worker batches in the noise scale `Adaptive` assumes until the PS has measured one.
+#: Not the samples of a BSP update, which grow with the cluster: on 256 simulated
+#: workers (8,192 samples) that sent the first decision to K-sync, where the noise
+#: scale then measured was 10-30 times what K-async measures (7,600-10,700 samples
+#: against 100-900), and kept it there, at about 1.5x K-async's time to target.
+ASSUMED_NOISE_BATCHES = 16
+
+
 class Adaptive(Policy):
     """Choose the rule with the highest predicted goodput, every ``refresh_every`` updates.
 
@@ -319,12 +327,13 @@ class Adaptive(Policy):
     efficiency ``M / (M + B')``, with ``B'`` the gradient noise scale ``B`` the PS
     measures (`ksync.noise`) averaged over momentum's horizon, times the mean worth of
     its gradients' staleness, ``1 / (1 + (s / tau)^3)`` with ``tau =
-    staleness_tolerance * M / (M + B)``: the noisier an update, the less a stale
-    gradient is worth. ``B`` grows as the loss falls, which moves the choice toward
+    staleness_tolerance * M / (M + B) / (1 + K / gradients_halving)`` for an update of
+    K gradients: the noisier an update, and the more gradients it sums, the less a
+    stale gradient is worth. ``B`` grows as the loss falls, which moves the choice toward
     larger, fresher updates as training goes. It starts with the rule the
-    model picks for equal workers whose whole step is exposed, at the noise scale of one
-    BSP update (not with BSP: a synchronous start, then K-async, was slower in the
-    simulated benchmark than K-async from the start), decides first after
+    model picks for equal workers whose whole step is exposed, at the noise scale it
+    assumes until one is measured (not with BSP: a synchronous start, then K-async, was
+    slower in the simulated benchmark than K-async from the start), decides first after
     ``first_refresh`` updates, and moves to another rule only when that rule's predicted
     goodput beats the current one's by more than ``hysteresis``. `ksync.RuleController`
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
@@ -336,12 +345,16 @@ class Adaptive(Policy):
         ``(1 + momentum) / (1 - momentum)`` updates, which divides the noise scale that
         matters for an update's batch efficiency.
       staleness_tolerance: staleness (in updates) at which a gradient of a noise-free
-        update is worth half a fresh one; an update of ``M`` samples at noise scale
-        ``B`` tolerates ``M / (M + B)`` of it. The default 12 was chosen on the
-        simulated benchmark (SGD, momentum 0.9, whole steps exposed) among 8, 10, 11
-        and 12; see README's policy section for how.
+        update of one gradient is worth half a fresh one; an update of ``M`` samples
+        at noise scale ``B`` tolerates ``M / (M + B)`` of it.
+      gradients_halving: the gradients per update at which that tolerance is halved
+        again: an update of ``K`` gradients tolerates ``1 / (1 + K / gradients_halving)``
+        of it. The defaults (14 and 25) were fitted on the simulated benchmark (SGD,
+        momentum 0.9, whole steps exposed) at 8, 64 and 256 workers; see README's
+        policy section for how.
       noise_scale: the noise scale ``B_simple`` to assume until the PS has measured one
-        (None: the samples of one BSP update).
+        (None: the samples of ``ASSUMED_NOISE_BATCHES`` workers' batches, or of all
+        workers when there are fewer).
       hysteresis: relative goodput gain a new rule needs over the current one (the
         inputs are noisy, and a small value flaps between near-equal K).
 
@@ -367,8 +380,8 @@ class Adaptive(Policy):
     first_refresh = 5
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
-                 staleness_tolerance: float = 12.0, noise_scale: float | None = None,
-                 hysteresis: float = 0.15):
+                 staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
+                 noise_scale: float | None = None, hysteresis: float = 0.15):
         _check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
             raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
@@ -376,6 +389,9 @@ class Adaptive(Policy):
         if not (isinstance(staleness_tolerance, (int, float)) and staleness_tolerance > 0):
             raise ValueError(f"staleness_tolerance must be a number of updates > 0, got "
                              f"{staleness_tolerance!r}.")
+        if not (isinstance(gradients_halving, (int, float)) and gradients_halving > 0):
+            raise ValueError(f"gradients_halving must be a number of gradients > 0 "
+                             f"(math.inf: no halving), got {gradients_halving!r}.")
         if noise_scale is not None and not (isinstance(noise_scale, (int, float))
                                             and noise_scale > 0):
             raise ValueError(f"noise_scale must be None (measure it) or a number > 0, got "
@@ -385,18 +401,20 @@ class Adaptive(Policy):
         self.refresh_every = refresh_every
         self.momentum = float(momentum)
         self.staleness_tolerance = float(staleness_tolerance)
+        self.gradients_halving = float(gradients_halving)
         self.noise_scale = None if noise_scale is None else float(noise_scale)
         self.hysteresis = float(hysteresis)
 
     def _rule(self, num_workers):
         # Before anything is measured: the rule the model picks for equal workers whose
-        # whole step is exposed, at the noise scale of one BSP update (in units of a
-        # worker's batch). Measured speeds, noise and staleness refine it after
+        # whole step is exposed, at the assumed noise scale (in units of a worker's
+        # batch). Measured speeds, noise and staleness refine it after
         # ``first_refresh`` updates.
         from ksync import goodput
         equal = [1.0] * num_workers
-        return goodput.rank(equal, equal, num_workers, self.staleness_tolerance,
-                            momentum=self.momentum)[0].rule
+        return goodput.rank(equal, equal, min(num_workers, ASSUMED_NOISE_BATCHES),
+                            self.staleness_tolerance, momentum=self.momentum,
+                            halving=self.gradients_halving)[0].rule
 
     def _inputs(self, observation, context) -> "_GoodputInputs":
         """What the model needs from ``observation``, each computed once."""
@@ -413,7 +431,8 @@ class Adaptive(Policy):
         batches = [float(sizes[w]) if sizes and sizes[w] else usual_batch for w in live]
         measured = observation.noise_scale
         simple = measured if measured is not None else (
-            self.noise_scale if self.noise_scale is not None else sum(batches))
+            self.noise_scale if self.noise_scale is not None else
+            usual_batch * min(len(batches), ASSUMED_NOISE_BATCHES))
         # Exposure: the staleness measured under the current rule against the staleness
         # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
         # every worker in the model); 1 under a waiting rule, which shows none.
@@ -445,7 +464,7 @@ class Adaptive(Policy):
             return []
         return goodput.rank(inputs.times, inputs.batches, inputs.noise_scale,
                             self.staleness_tolerance, inputs.exposure, inputs.usual,
-                            self.momentum)
+                            self.momentum, self.gradients_halving)
 
     def observe(self, observation, context):
         from ksync import goodput
@@ -456,7 +475,7 @@ class Adaptive(Policy):
         best = ranked[0]
         current = goodput.forecast(context.rule, inputs.times, inputs.batches,
                                    inputs.noise_scale, self.staleness_tolerance,
-                                   inputs.exposure, self.momentum)
+                                   inputs.exposure, self.momentum, self.gradients_halving)
         if best.goodput <= (1.0 + self.hysteresis) * current.goodput:
             return None
         per_update = goodput.per_update(inputs.noise_scale, self.momentum)
@@ -472,6 +491,7 @@ class Adaptive(Policy):
     def get_config(self):
         return {"refresh_every": self.refresh_every, "momentum": self.momentum,
                 "staleness_tolerance": self.staleness_tolerance,
+                "gradients_halving": self.gradients_halving,
                 "noise_scale": self.noise_scale, "hysteresis": self.hysteresis}
 
 

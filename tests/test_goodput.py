@@ -141,6 +141,23 @@ def test_the_noisier_an_update_the_less_staleness_it_tolerates():
     assert stale == sorted(stale, reverse=True) and stale[0] > stale[-1]
 
 
+def test_an_update_of_many_gradients_tolerates_less_staleness():
+    # 256 equal workers of 32 samples at a noise scale of 500: the M / (M + B) tolerance
+    # alone is near its noise-free value for updates of 32-64 gradients and takes
+    # K = 32 (each gradient about 7 updates stale); halving it at 25 gradients per
+    # update takes larger, fresher updates.
+    times, batches = [0.1] * 256, [32] * 256
+    loose = goodput.rank(times, batches, 500.0, tolerance=14.0, momentum=0.9)[0]
+    assert not loose.rule.wait and loose.rule.k == 32 and loose.staleness > 6
+    chosen, _ = _observe(times, noise_scale=500.0)
+    assert chosen.wait or chosen.k >= 48
+    assert goodput.forecast(chosen, times, batches, 500.0, 14.0).staleness < 5
+    # An update of a few gradients keeps most of its tolerance.
+    few = goodput.forecast(Rule(k=2, wait=False), [0.1] * 8, [32] * 8, 64.0, 10.0,
+                           halving=25.0)
+    assert few.tolerance == pytest.approx(5.0 / (1 + 2 / 25))
+
+
 def test_a_worker_without_a_push_in_the_window_keeps_the_others_batch():
     policy = ksync.Adaptive()
     context = ksync.Context(num_workers=4, rule=Rule(k=2, wait=False))
@@ -181,8 +198,9 @@ def test_measured_staleness_below_the_whole_step_prediction_is_read_as_exposure(
 
 def test_adaptive_by_name_and_bad_arguments():
     assert ksync.parse("adaptive:staleness_tolerance=3").staleness_tolerance == 3.0
+    assert ksync.parse("adaptive:gradients_halving=40").gradients_halving == 40.0
     for bad in (dict(momentum=1.0), dict(staleness_tolerance=0), dict(noise_scale=-1),
-                dict(hysteresis=-0.1)):
+                dict(hysteresis=-0.1), dict(gradients_halving=0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ksync.Adaptive(**bad)
 
@@ -234,6 +252,20 @@ def test_adaptive_starts_with_the_models_rule_for_equal_workers():
     assert not rule.wait and 2 <= rule.k < 8 and rule.max_staleness is not None
     # A larger staleness tolerance makes staleness cheaper: K no larger.
     assert ksync.Adaptive(staleness_tolerance=16.0).rule(64).k <= ksync.Adaptive().rule(64).k
+
+
+def test_before_the_noise_scale_is_measured_a_large_cluster_starts_asynchronous():
+    # The assumed noise scale is 16 workers' batches, not a BSP update's samples (8,192
+    # here), which sent the first decision to K-sync on 256 workers.
+    start = ksync.Adaptive().rule(256)
+    assert not start.wait and 32 <= start.k <= 64
+    context = ksync.Context(num_workers=256, rule=start)
+    times = (0.1,) * 128 + (0.2,) * 64 + (0.4,) * 64   # static: speeds spanning 4x
+    observation = ksync.Observation(version=5, iteration_times=times,
+                                    live_workers=tuple(range(256)),
+                                    batch_sizes=(32.0,) * 256)
+    proposal = ksync.Adaptive().observe(observation, context)
+    assert proposal is None or not proposal[0].wait
 
 
 def test_the_simulator_measures_the_noise_scale_that_adaptive_observes():
