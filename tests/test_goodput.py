@@ -293,30 +293,43 @@ def test_the_simulator_measures_the_noise_scale_that_adaptive_observes():
 def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
     import json
     from cluster_sim.report import standing
-    rows = [{"arm": "BSP", "tta": [10.0, 11.0, 12.0]},
-            {"arm": "KAsync(k=2)", "tta": [5.0, 6.0, None]},
-            {"arm": "KAsync(k=4)", "tta": [4.0, 4.5, 5.0]},
-            {"arm": "KAsync oracle-tuned = KAsync(k=4)", "tta": [4.0, 4.5, 5.0]},
-            {"arm": "Adaptive", "tta": [4.4, 4.5, 4.5]}]
+
+    def results(per_seed, oracle):
+        # As `bench policies` writes them: per-seed runs, and a table whose "tta" is
+        # each arm's (median, low, high), which must not be read as three seeds.
+        return json.dumps({
+            "policies": [{"policy": arm, "per_seed": [{"seed": s, "tta_s": t}
+                                                      for s, t in enumerate(times)]}
+                         for arm, times in per_seed.items()],
+            "bench": {"rows": [{"arm": arm, "tta": [99.0, 1.0, 999.0]} for arm in per_seed]
+                      + [{"arm": "KAsync oracle-tuned = KAsync(k=4)", "tta": [1.0, 1.0, 1.0]}],
+                      "oracle": oracle}})
+
+    per_seed = {"BSP": [10.0, 11.0, 12.0], "KAsync(k=2)": [5.0, 6.0, None],
+                "KAsync(k=4)": [4.0, 5.0, 4.5], "Adaptive": [2.0, 5.5, 4.4]}
     for name in ("static_sim8", "trace_sim8"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(
-            {"bench": {"rows": rows, "oracle": {"kasync": "KAsync(k=4)"}}}))
+        (tmp_path / name / "results.json").write_text(
+            results(per_seed, {"kasync": "KAsync(k=4)"}))
     result = standing.standing(*standing.load([tmp_path]), "Adaptive")
     entry = result["scenarios"]["static_sim8"]
-    assert entry["best"] == "KAsync(k=4)" and entry["vs_best"][0] == pytest.approx(1.0)
-    assert result["geomean"]["Adaptive"] == pytest.approx(4.5)
+    # Paired by seed: ratios 0.5, 1.1 and 0.978, median 0.978 (the ratio of the
+    # medians would be 4.4 / 4.5 too, but not the interval).
+    assert entry["best"] == "KAsync(k=4)" and entry["vs_best"][0] == pytest.approx(4.4 / 4.5)
+    assert entry["vs_best"][1] == pytest.approx(0.5) and entry["vs_best"][2] == pytest.approx(1.1)
+    assert entry["vs_best"][3] == 3
+    assert result["geomean"]["Adaptive"] == pytest.approx(4.4)
     assert "KAsync(k=2)" not in result["geomean"]        # an untuned grid value
     assert result["geomean"]["kasync (tuned)"] == pytest.approx(4.5)
     text = standing.format_standing(result, "Adaptive")
     assert "| static_sim8 | KAsync(k=4) |" in text
     # A later directory's re-run of one arm replaces that arm only.
     (tmp_path / "rerun" / "static_sim8").mkdir(parents=True)
-    (tmp_path / "rerun" / "static_sim8" / "results.json").write_text(json.dumps(
-        {"bench": {"rows": [{"arm": "Adaptive", "tta": [2.0, 2.0, 2.0]}], "oracle": {}}}))
+    (tmp_path / "rerun" / "static_sim8" / "results.json").write_text(
+        results({"Adaptive": [2.0, 2.0, 2.0]}, {}))
     rows, oracle = standing.load([tmp_path, tmp_path / "rerun"])
-    assert rows["static_sim8"]["Adaptive"] == [2.0, 2.0, 2.0]
-    assert rows["static_sim8"]["BSP"] == [10.0, 11.0, 12.0]
+    assert rows["static_sim8"]["Adaptive"] == {0: 2.0, 1: 2.0, 2: 2.0}
+    assert rows["static_sim8"]["BSP"] == {0: 10.0, 1: 11.0, 2: 12.0}
     assert oracle["static_sim8"] == {"kasync": "KAsync(k=4)"}
     with pytest.raises(ValueError, match="no arm 'Nope'.*Adaptive"):
         standing.standing(rows, oracle, "Nope")

@@ -12,7 +12,8 @@ per scenario; never reaching the target counts as infinite).
 
 Example:
 
->>> rows = {"a": {"BSP": [10.0, 12.0], "KAsync(k=2)": [4.0, 5.0], "Adaptive": [4.2, 4.8]}}
+>>> rows = {"a": {"BSP": {0: 10.0, 1: 12.0}, "KAsync(k=2)": {0: 4.0, 1: 5.0},
+...               "Adaptive": {0: 4.2, 1: 4.8}}}
 >>> oracle = {"a": {"kasync": "KAsync(k=2)"}}
 >>> s = standing(rows, oracle, "Adaptive")
 >>> s["scenarios"]["a"]["best"], round(s["scenarios"]["a"]["vs_best"][0], 3)
@@ -37,21 +38,24 @@ FIXED_SINGLE = ("BSP", "ASP")
 
 
 def _median(times) -> float:
-    """Median time to target over seeds, never reached = +inf (`median_tta`)."""
-    tta = median_tta(times)
+    """Median time to target over seeds (``{seed: seconds or None}``), never reached =
+    +inf (`median_tta`)."""
+    tta = median_tta(list(times.values()))
     return math.inf if tta is None else tta
 
 
 def _paired(a, b):
-    """`paired_ratio_ci`, or None when no seed has a ratio (both never reached)."""
+    """`paired_ratio_ci` of ``a`` over ``b`` (``{seed: seconds}``) on the seeds both
+    ran, or None when no seed has a ratio (both never reached, or no common seed)."""
+    seeds = sorted(set(a) & set(b))
     try:
-        return paired_ratio_ci(a, b)
+        return paired_ratio_ci([a[s] for s in seeds], [b[s] for s in seeds])
     except ValueError:
         return None
 
 
 def standing(rows: dict, oracle: dict, arm: str) -> dict:
-    """``rows[scenario][label]`` = per-seed times (seeds aligned across labels);
+    """``rows[scenario][label]`` = ``{seed: time to target in s, None if never}``;
     ``oracle[scenario][family]`` = the label of the family's tuned value there.
     ValueError if ``arm`` is in no scenario (naming the arms there are)."""
     if not any(arm in by_label for by_label in rows.values()):
@@ -90,19 +94,22 @@ def standing(rows: dict, oracle: dict, arm: str) -> dict:
 
 def load(directories) -> tuple[dict, dict]:
     """``rows`` and ``oracle`` of `standing` from every ``results.json`` under the
-    given bench output directories (one per scenario and worker count); a later
-    directory's arms replace an earlier one's of the same scenario and name."""
+    given bench output directories (one per scenario and worker count): each arm's
+    time to target per seed, from the file's runs (not the bench table's interval); a
+    later directory's arms replace an earlier one's of the same scenario and name."""
     rows, oracle = {}, {}
     for directory in directories:
         for path in sorted(pathlib.Path(directory).glob("*/results.json")):
-            bench = json.loads(path.read_text()).get("bench")
+            data = json.loads(path.read_text())
+            bench = data.get("bench")
             if not bench:
                 continue
             # Directories given later add arms to, or replace arms of, a scenario of the
             # same name: e.g. one rule re-run beside a finished matrix (same seeds).
             name = path.parent.name
-            rows.setdefault(name, {}).update({row["arm"]: row["tta"] for row in bench["rows"]
-                                              if " oracle-tuned" not in row["arm"]})
+            rows.setdefault(name, {}).update({
+                policy["policy"]: {run["seed"]: run.get("tta_s") for run in policy["per_seed"]}
+                for policy in data.get("policies", [])})
             oracle.setdefault(name, {}).update(bench.get("oracle") or {})
     if not rows:
         raise ValueError(f"no bench results.json under {list(map(str, directories))}; give "
