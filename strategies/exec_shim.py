@@ -15,11 +15,19 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
+def die_with_parent(parent: int) -> None:
+    """Have this process get SIGTERM when its parent ``parent`` (a pid) dies, and exit
+    at once if it already has (Linux; elsewhere nothing happens)."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        sys.exit(143)  # the parent is already gone: as if SIGTERM had come
+
+
 def main(argv) -> None:
     launcher, command = int(argv[1]), argv[2:]
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != launcher:
-        sys.exit(143)  # the launcher is already gone: as if SIGTERM had come
+    die_with_parent(launcher)
     os.execvp(command[0], command)
 
 

@@ -260,3 +260,48 @@ def _refusal(main, scenario):
         code = main(["bench", "policies", "--scenario", str(scenario), "--compute-before-read"])
     assert code != 0
     return err.getvalue()
+
+
+def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
+    # The bench's process pool, built as `_simulate_in_processes` builds it; the bench
+    # is then killed outright (no chance to shut its pool down): its processes must go.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    script, out = tmp_path / "bench.py", tmp_path / "pids"
+    script.write_text(
+        "import concurrent.futures, multiprocessing, os, sys, time\n"
+        "from cluster_sim.cli import bench_policies\n"
+        "if __name__ == '__main__':\n"
+        "    pool = concurrent.futures.ProcessPoolExecutor(\n"
+        "        2, mp_context=multiprocessing.get_context('spawn'),\n"
+        "        initializer=bench_policies._init_sim_process, initargs=(None, os.getpid()))\n"
+        "    pids = {pool.submit(os.getpid).result() for _ in range(8)}\n"
+        "    busy = [pool.submit(time.sleep, 60) for _ in range(2)]\n"
+        "    open(sys.argv[1], 'w').write(' '.join(map(str, pids)))\n"
+        "    os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, str(script), str(out)], timeout=120,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = [int(p) for p in out.read_text().split()]
+    assert pids
+    deadline = time.monotonic() + 30
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if _running(p)]
+    for pid in alive:  # the failure's own clean-up
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"simulation processes {alive} outlived their bench"
+
+
+def _running(pid) -> bool:
+    import os
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"   # a zombie has ended
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.exists(f"/proc/{pid}")

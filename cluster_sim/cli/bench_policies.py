@@ -52,6 +52,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import statistics
 import sys
@@ -385,7 +386,11 @@ def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=No
 _PROCESS_DATA = None  # the workload, once per simulating process
 
 
-def _init_sim_process(data):
+def _init_sim_process(data, parent):
+    # A simulation process ends with the bench that started it, however that ends (a
+    # SIGTERM or SIGKILL to the bench alone would otherwise leave it running).
+    from strategies.exec_shim import die_with_parent
+    die_with_parent(parent)
     from cluster_sim.cli import prepare_tensorflow
     global _PROCESS_DATA
     _PROCESS_DATA = data
@@ -408,7 +413,7 @@ def _simulate_in_processes(todo, sim_config, data, run_config, jobs):
     import multiprocessing
     pool = concurrent.futures.ProcessPoolExecutor(
         jobs, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_sim_process, initargs=(data,))
+        initializer=_init_sim_process, initargs=(data, os.getpid()))
     try:
         futures = {pool.submit(_simulate_in_process, a.arm,
                                dataclasses.replace(sim_config, seed=seed), run_config):
