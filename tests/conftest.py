@@ -13,6 +13,15 @@ import pytest  # noqa: E402
 NUM_WORKERS = 3
 
 
+def proc_state(pid):
+    """A process's state letter from ``/proc`` ("R", "S", "T", "Z", ...), None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return None
+
+
 def pytest_configure(config):
     # Before any thread or server starts: keep every TF server of the session reachable
     # from loopback only (TensorFlow binds all interfaces).

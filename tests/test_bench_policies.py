@@ -270,6 +270,7 @@ def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
     import subprocess
     import sys
     import time
+    from conftest import proc_state
     script, out = tmp_path / "bench.py", tmp_path / "pids"
     script.write_text(
         "import concurrent.futures, multiprocessing, os, sys, time\n"
@@ -290,18 +291,7 @@ def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
     alive = pids
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = [p for p in pids if _running(p)]
+        alive = [p for p in pids if proc_state(p) not in (None, "Z")]   # a zombie has ended
     for pid in alive:  # the failure's own clean-up
         os.kill(pid, signal.SIGKILL)
     assert not alive, f"simulation processes {alive} outlived their bench"
-
-
-def _running(pid) -> bool:
-    import os
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] != "Z"   # a zombie has ended
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return os.path.exists(f"/proc/{pid}")

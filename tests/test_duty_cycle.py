@@ -1,6 +1,5 @@
 """The black-box slowdown: a real process duty-cycled by SIGSTOP/SIGCONT from outside."""
 
-import pathlib
 import subprocess
 import sys
 import threading
@@ -9,13 +8,10 @@ import time
 import pytest
 
 from cluster_sim.harness.signals import DutyCycler
+from conftest import proc_state
 
 # Prints the time after each short sleep: its rate of lines is its share of wall time.
 TICKER = "import time\nwhile True:\n    time.sleep(0.004)\n    print(time.monotonic(), flush=True)\n"
-
-
-def state(pid):
-    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 @pytest.fixture
@@ -48,11 +44,11 @@ def test_duty_cycle_gives_the_process_its_share_and_close_leaves_it_running(tick
         t2 = time.monotonic()
         cycler.set_speeds([0.0])
         time.sleep(0.3)
-        assert state(proc.pid) == "T"
+        assert proc_state(proc.pid) == "T"
     finally:
         cycler.close()
     time.sleep(0.3)
-    assert state(proc.pid) in ("S", "R")
+    assert proc_state(proc.pid) in ("S", "R")
     share = rate(ticks, t1 + 0.2, t2) / rate(ticks, t0, t1)
     assert 0.25 < share < 0.55, share
 

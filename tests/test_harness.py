@@ -1,14 +1,13 @@
 """The harness on the shared local cluster: a short run under a scenario with a pause."""
 
 import dataclasses
-import pathlib
 
 import pytest
 
 from cluster_sim.harness.run import ARMS, Arm, run_arm, window_metrics
 from cluster_sim.scenarios import parse_scenario
 
-from conftest import NUM_WORKERS
+from conftest import NUM_WORKERS, proc_state
 
 
 def small_scenario(**events):
@@ -97,7 +96,7 @@ def test_blackbox_duty_cycle_slows_the_worker_and_leaves_none_stopped(cluster):
     assert times[2] > 1.4 * max(times[0], times[1]), times
     assert result["worker_pushes"][2] < min(result["worker_pushes"][:2]), result["worker_pushes"]
     for w in range(NUM_WORKERS):
-        assert _proc_state(cluster.pid("worker", w)) != "T"
+        assert proc_state(cluster.pid("worker", w)) != "T"
 
 
 @pytest.mark.cluster
@@ -109,10 +108,6 @@ def test_deadline_allocation_shrinks_the_slow_workers_batch(cluster):
     sizes = result["batch_sizes"][-1]["sizes"]
     assert sizes[2] < min(sizes[:2]) and max(sizes) <= 32 and sum(sizes) < 32 * NUM_WORKERS, sizes
     assert result["dropped"] == 0
-
-
-def _proc_state(pid):
-    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_every_builtin_arm_builds_its_policy():

@@ -21,6 +21,7 @@ import pytest
 
 from strategies.launch_control import ChiefWatch, ControlServer, control_address
 from strategies.tf_config import TFConfig
+from conftest import proc_state
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = [sys.executable, str(REPO / "examples" / "train_digits.py"), "--policy", "bsp",
@@ -46,10 +47,8 @@ def processes_with(token):
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    with open(f"/proc/{entry}/stat") as s:
-                        if s.read().rpartition(")")[2].split()[0] != "Z":
-                            found.append(int(entry))
+                if needle in f.read().split(b"\0") and proc_state(entry) not in (None, "Z"):
+                    found.append(int(entry))
         except OSError:
             continue
     return found
