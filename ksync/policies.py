@@ -315,6 +315,11 @@ class _GoodputInputs(typing.NamedTuple):
 ASSUMED_NOISE_BATCHES = 16
 
 
+def _assumed_noise_scale(batch: float, workers: int) -> float:
+    """The noise scale `Adaptive` assumes before one is measured, in ``batch`` units."""
+    return batch * min(workers, ASSUMED_NOISE_BATCHES)
+
+
 class Adaptive(Policy):
     """Choose the rule with the highest predicted goodput, every ``refresh_every`` updates.
 
@@ -405,6 +410,12 @@ class Adaptive(Policy):
         self.noise_scale = None if noise_scale is None else float(noise_scale)
         self.hysteresis = float(hysteresis)
 
+    def _model(self) -> dict:
+        """The goodput model's parameters, as `goodput.forecast` and `goodput.rank` take
+        them."""
+        return dict(tolerance=self.staleness_tolerance, momentum=self.momentum,
+                    halving=self.gradients_halving)
+
     def _rule(self, num_workers):
         # Before anything is measured: the rule the model picks for equal workers whose
         # whole step is exposed, at the assumed noise scale (in units of a worker's
@@ -412,9 +423,8 @@ class Adaptive(Policy):
         # ``first_refresh`` updates.
         from ksync import goodput
         equal = [1.0] * num_workers
-        return goodput.rank(equal, equal, min(num_workers, ASSUMED_NOISE_BATCHES),
-                            self.staleness_tolerance, momentum=self.momentum,
-                            halving=self.gradients_halving)[0].rule
+        return goodput.rank(equal, equal, _assumed_noise_scale(1.0, num_workers),
+                            **self._model())[0].rule
 
     def _inputs(self, observation, context) -> "_GoodputInputs":
         """What the model needs from ``observation``, each computed once."""
@@ -432,7 +442,7 @@ class Adaptive(Policy):
         measured = observation.noise_scale
         simple = measured if measured is not None else (
             self.noise_scale if self.noise_scale is not None else
-            usual_batch * min(len(batches), ASSUMED_NOISE_BATCHES))
+            _assumed_noise_scale(usual_batch, len(batches)))
         # Exposure: the staleness measured under the current rule against the staleness
         # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
         # every worker in the model); 1 under a waiting rule, which shows none.
@@ -440,7 +450,7 @@ class Adaptive(Policy):
         if times and not context.rule.wait and observation.staleness_mean is not None:
             unbounded = dataclasses.replace(context.rule, max_staleness=None)
             whole = goodput.forecast(unbounded, times, batches, simple,
-                                     self.staleness_tolerance).staleness
+                                     **self._model()).staleness
             if whole > 0:
                 exposure = min(1.0, max(0.05, observation.staleness_mean / whole))
         usual = [observation.iteration_times[w] or t for w, t in zip(live, times)]
@@ -463,8 +473,8 @@ class Adaptive(Policy):
         if not inputs.times:
             return []
         return goodput.rank(inputs.times, inputs.batches, inputs.noise_scale,
-                            self.staleness_tolerance, inputs.exposure, inputs.usual,
-                            self.momentum, self.gradients_halving)
+                            exposure=inputs.exposure, usual_times=inputs.usual,
+                            **self._model())
 
     def observe(self, observation, context):
         from ksync import goodput
@@ -474,8 +484,8 @@ class Adaptive(Policy):
             return None
         best = ranked[0]
         current = goodput.forecast(context.rule, inputs.times, inputs.batches,
-                                   inputs.noise_scale, self.staleness_tolerance,
-                                   inputs.exposure, self.momentum, self.gradients_halving)
+                                   inputs.noise_scale, exposure=inputs.exposure,
+                                   **self._model())
         if best.goodput <= (1.0 + self.hysteresis) * current.goodput:
             return None
         per_update = goodput.per_update(inputs.noise_scale, self.momentum)
