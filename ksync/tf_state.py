@@ -89,6 +89,19 @@ def _all_finite(grad):
     return tf.reduce_all(tf.math.is_finite(values))
 
 
+def _carry(grad, meta, device):
+    """``grad`` and the float64 vector ``meta`` sent to ``device`` as one tensor: the
+    meta's bits appended to the flat gradient, split apart there, both exact."""
+    flat = tf.reshape(grad, [-1])
+    packed = tf.concat([flat, tf.reshape(tf.bitcast(meta, grad.dtype), [-1])], 0)
+    n, per = grad.shape.num_elements(), 8 // grad.dtype.size
+    with tf.device(device):
+        packed = tf.identity(packed)
+        bits = packed[n:]
+        meta = tf.bitcast(bits if per == 1 else tf.reshape(bits, [-1, per]), tf.float64)
+        return tf.reshape(packed[:n], grad.shape), meta
+
+
 def _task(device):
     """(job, task) of a device string: the variables of one task share a lock. A
     device with no job is this process's own ("localhost")."""
@@ -140,6 +153,9 @@ class PSUpdateState:
             self.noise_round = var(tf.zeros([3], tf.float64), "noise_round")
             self.noise_sums = var(tf.zeros([2], tf.float64), "noise_sums")
             self.critical_section = tf.CriticalSection(name="ksync_push")
+        # A direct push under such a rule decides from the push alone (accept what is
+        # finite), so nothing needs serialising (`push`).
+        self._lock_free = rule.max_staleness is None and not rule.staleness_scaling
 
     def read_version(self):
         """The current version as a tensor, read and kept on the rule task."""
@@ -283,7 +299,9 @@ class PSUpdateState:
           iteration_time: seconds the worker took to compute it (float64 scalar).
           worker: worker index (int64 scalar).
           direct: the rule can only have K = 1: apply without the aggregate and outside
-            the lock (faster; the stock strategy's concurrent updates).
+            the lock (faster; the stock strategy's concurrent updates). If the rule this
+            state was made with also has no staleness bound or scaling (ASP), the push
+            takes no lock at all.
         """
         grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
                  for _, _, g in updates]
@@ -298,18 +316,29 @@ class PSUpdateState:
         # noise statistics (no round has several gradients), so it skips the pass.
         sq_norm = tf.constant(0.0, tf.float64) if direct else \
             tf.add_n([_sq_norm(g) for g in grads])
-        grads = [_copy_to(g, v.device) for (_, v, _), g in zip(updates, grads)]
-        # The push's scalars travel as one tensor: each tensor crossing to the PS is
-        # one more transfer per step.
+        # The push's scalars travel as one tensor, and with a gradient bound for the
+        # rule task where there is one: each tensor crossing to the PS is one more
+        # message per step.
         meta = tf.stack([tf.cast(finite, tf.float64), tf.cast(samples, tf.float64),
                          tf.cast(iteration_time, tf.float64), tf.cast(worker, tf.float64),
                          sq_norm])
+        carrier = self._meta_carrier(updates, grads)
         with tf.device(self.device):
-            meta, version_read = tf.identity(meta), tf.identity(version_read)
+            version_read = tf.identity(version_read)
+            if carrier is None:
+                meta = tf.identity(meta)
+        grads = [_copy_to(g, v.device) if i != carrier else g
+                 for i, ((_, v, _), g) in enumerate(zip(updates, grads))]
+        if carrier is not None:
+            grads[carrier], meta = _carry(grads[carrier], meta, self.device)
+        with tf.device(self.device):
             finite, samples, iteration_time = meta[0] > 0, tf.cast(meta[1], tf.float32), meta[2]
             worker = tf.reshape(tf.cast(meta[3], tf.int64), [1, 1])
             sq_norm = meta[4]
         updates = [(fn, v, g) for (fn, v, _), g in zip(updates, grads)]
+        if direct and self._lock_free:
+            return self._push_unlocked(updates, version_read, finite, samples,
+                                       iteration_time, worker)
 
         def body():
             # The decision stays on the rule task: a value that bounced to the worker
@@ -366,22 +395,8 @@ class PSUpdateState:
                 delta = tf.stack([commit_i, tf.constant(1, tf.int64), applied_now,
                                   1 - accepted_i, 1 - tf.cast(finite, tf.int64),
                                   accepted_i - applied_now])
-                bin_index = tf.minimum(tf.maximum(staleness, 0), STALENESS_BINS - 1)
-                dropped_f = tf.cast(1 - accepted_i, tf.float64)
-                bookkeeping = [
-                    self.counter_vec.assign_add(delta),
-                    self.contributed.scatter_nd_max(
-                        worker, tf.reshape(tf.where(accepted, version, -1), [1])),
-                    self.worker_sums.scatter_nd_add(worker, tf.reshape(tf.stack(
-                        [1.0, dropped_f, tf.cast(samples, tf.float64), iteration_time]),
-                        [1, len(WORKER_SUMS)])),
-                    self.worker_last.scatter_nd_update(worker, tf.reshape(tf.stack(
-                        [iteration_time, tf.cast(samples, tf.float64)]),
-                        [1, len(WORKER_LAST)])),
-                    self.staleness_hist.scatter_nd_add(
-                        tf.concat([worker, tf.reshape(bin_index, [1, 1])], axis=1),
-                        tf.constant([1], tf.int64)),
-                ]
+                bookkeeping = [self.counter_vec.assign_add(delta)] + self._worker_telemetry(
+                    worker, accepted, version, staleness, samples, iteration_time)
                 if not direct:
                     bookkeeping.append(self.pending_samples.assign(
                         tf.where(commit, 0.0, total)))
@@ -413,6 +428,69 @@ class PSUpdateState:
         with tf.control_dependencies(self._on_shards(updates, apply, locked=False)), \
                 tf.device(self.device):
             return tf.identity(version)
+
+    def _meta_carrier(self, updates, grads):
+        """Index of the smallest dense floating-point gradient of a variable on the rule
+        task, to carry the push's scalars (None: none there)."""
+        rule_task = _task(self.counter_vec.device)
+        best = None
+        for i, ((_, var, _), g) in enumerate(zip(updates, grads)):
+            if isinstance(g, tf.IndexedSlices) or not g.dtype.is_floating or \
+                    not g.shape.is_fully_defined() or _task(var.device) != rule_task:
+                continue
+            if best is None or g.shape.num_elements() < grads[best].shape.num_elements():
+                best = i
+        return best
+
+    def _push_unlocked(self, updates, version_read, finite, samples, iteration_time,
+                       worker):
+        """A direct push under a rule with no staleness bound or scaling: accepted when
+        finite, applied at once on the variables' tasks as the stock strategy's update,
+        then counted; no lock, since the decision reads no shared state. Each counter
+        update is one atomic op, so the counters add up (``applied + dropped ==
+        pushed``) whatever the interleaving; the version returned is read after this
+        push's count, so concurrent pushes can only make the staleness recorded larger,
+        never smaller."""
+        with tf.device(self.device):
+            accepted = tf.logical_and(finite, samples > 0)
+
+        def apply(indices):
+            return tf.cond(accepted, lambda: tf.group(_ops([
+                updates[i][0](updates[i][1], updates[i][2]) for i in indices])), tf.no_op)
+
+        applied = self._on_shards(updates, apply, locked=False)
+        with tf.device(self.device), tf.control_dependencies(applied):
+            accepted_i = tf.cast(accepted, tf.int64)
+            zero, one = tf.constant(0, tf.int64), tf.constant(1, tf.int64)
+            version = self.counter_vec.assign_add(tf.stack(
+                [accepted_i, one, accepted_i, one - accepted_i,
+                 1 - tf.cast(finite, tf.int64), zero]), read_value=True)[_V]
+            # The version this gradient was applied on, as the lock would have seen it.
+            before = version - accepted_i
+            telemetry = self._worker_telemetry(worker, accepted, before,
+                                               before - version_read, samples,
+                                               iteration_time)
+            with tf.control_dependencies(telemetry):
+                return tf.identity(version)
+
+    def _worker_telemetry(self, worker, accepted, version, staleness, samples,
+                          iteration_time):
+        """Ops recording one push of ``worker`` (a [1, 1] index) in the per-worker
+        telemetry: the version it joined, its sums and last values, its staleness."""
+        bin_index = tf.minimum(tf.maximum(staleness, 0), STALENESS_BINS - 1)
+        dropped_f = 1.0 - tf.cast(accepted, tf.float64)
+        return [
+            self.contributed.scatter_nd_max(
+                worker, tf.reshape(tf.where(accepted, version, -1), [1])),
+            self.worker_sums.scatter_nd_add(worker, tf.reshape(tf.stack(
+                [1.0, dropped_f, tf.cast(samples, tf.float64), iteration_time]),
+                [1, len(WORKER_SUMS)])),
+            self.worker_last.scatter_nd_update(worker, tf.reshape(tf.stack(
+                [iteration_time, tf.cast(samples, tf.float64)]), [1, len(WORKER_LAST)])),
+            self.staleness_hist.scatter_nd_add(
+                tf.concat([worker, tf.reshape(bin_index, [1, 1])], axis=1),
+                tf.constant([1], tf.int64)),
+        ]
 
     def _noise_bookkeeping(self, accepted, commit, sq_norm, samples, total, agg_sq):
         """Ops adding an accepted gradient to the open round's noise statistics and, at

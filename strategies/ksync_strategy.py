@@ -256,8 +256,11 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             with tf.control_dependencies(before):
                 marks["start"] = tf.timestamp()
                 marks["version"] = state.read_version()
-            with tf.control_dependencies([marks["version"]]):
-                return fn(*a, **kw)
+            replica_graph = tf.compat.v1.get_default_graph()
+            first = len(replica_graph.get_operations())
+            outputs = fn(*a, **kw)
+            _read_after(replica_graph.get_operations()[first:], marks["version"].op)
+            return outputs
 
         with ext.collecting() as updates:
             outputs = _STOCK_RUN(self, timed_fn, args, kwargs, options)
@@ -502,6 +505,25 @@ def _inside_loop(graph) -> bool:
             return True
         graph = graph.outer_graph
     return False
+
+
+#: ops that may read a variable through a resource input (reads, gathers, and the
+#: function calls and control flow that contain them).
+_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd", "If",
+                    "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
+                    "PartitionedCall", "StatefulPartitionedCall"})
+
+
+def _read_after(ops, version_op):
+    """Make each of ``ops`` that may read a variable wait for ``version_op``.
+
+    Only the reads, not the whole step: a read of a parameter runs on its PS task, like
+    the version's read, so the order costs no message between processes, where a
+    control edge into the worker's ops costs one more round trip per step."""
+    for op in ops:
+        if op.type in _READS and any(t.dtype == tf.resource for t in op.inputs) \
+                and version_op not in op.control_inputs:
+            op._add_control_input(version_op)  # pylint: disable=protected-access
 
 
 def _after(op, outputs):

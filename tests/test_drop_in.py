@@ -191,6 +191,45 @@ def test_custom_loop_running_several_steps_per_function(cluster):
 
 
 
+def test_every_parameter_read_of_a_step_waits_for_its_version_read(cluster):
+    """The version a gradient is charged from is read before any parameter of its step
+    (else its staleness could be under-counted), and the order binds the reads, which
+    run on the PS, not the step's other ops on the worker."""
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP())
+    with strategy.scope():
+        model = mlp(DATA.num_features, DATA.num_classes)
+        optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(x, y):
+        def replica_fn(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                    y, model(x, training=True), from_logits=True))
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                          model.trainable_variables))
+            return loss
+        return strategy.run(replica_fn, args=(x, y))
+
+    graph = step.get_concrete_function(tf.TensorSpec([None, DATA.num_features]),
+                                       tf.TensorSpec([None], tf.int64)).graph
+    inside = {id(external): internal.op for external, internal in graph.captures}
+    params = {inside[id(v.handle)] for v in model.trainable_variables}
+    counters = inside[id(strategy._state.counter_vec.handle)]  # pylint: disable=protected-access
+
+    def reads_counters(op, depth=3):
+        return op is counters or depth > 0 and any(
+            reads_counters(t.op, depth - 1) for t in op.inputs)
+
+    param_reads = [op for op in graph.get_operations()
+                   if op.type == "ReadVariableOp" and op.inputs[0].op in params]
+    assert len(param_reads) >= len(model.trainable_variables)
+    for op in param_reads:
+        assert any(reads_counters(c) for c in op.control_inputs), op.name
+    others = [op for op in graph.get_operations() if op.type in ("MatMul", "BiasAdd")]
+    assert others and not any(reads_counters(c) for op in others for c in op.control_inputs)
+
+
 def test_bsp_gate_reads_the_ps_about_once_a_round_and_stays_exact(cluster):
     """One step per scheduled function: the chief knows from the finished steps that a
     worker's round cannot be full yet, so it reads the PS's gate about once a round

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import ksync
 from ksync.noise import RoundNoise
-from ksync.tf_state import PSUpdateState
+from ksync.tf_state import STALENESS_BINS, PSUpdateState
 
 # The local CPU of whatever job this process plays (tests may have connected it to a
 # cluster as the chief).
@@ -49,19 +49,70 @@ class _Fixed(ksync.Policy):
                                     ksync.Rennala(batch=4), ksync.Ringmaster(max_delay=1)],
                          ids=repr)
 def test_tf_state_matches_reference(policy):
+    # The strategy applies a static K = 1 rule outside the lock (`direct`): Ringmaster
+    # takes that path here, the others the aggregate's (which Adaptive uses at K = 1).
+    _check_against_reference(policy, direct=isinstance(policy, ksync.Ringmaster))
+
+
+def test_asp_direct_push_takes_no_lock_and_matches_reference():
+    """ASP's direct push decides from the push alone: no lock in its graph, and the same
+    counters, telemetry and parameters as the reference."""
+    state = PSUpdateState(2, ksync.ASP().rule(2), DEVICE)
+    push = make_pusher(state, tf.Variable(tf.zeros([2])), direct=True)
+    graph = push.get_concrete_function(
+        tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64),
+        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)).graph
+    kinds = {op.type for op in graph.get_operations()}
+    assert "MutexLock" not in kinds and "AssignAddVariableOp" in kinds
+    locked = make_pusher(PSUpdateState(2, ksync.SSP(max_staleness=2).rule(2), DEVICE),
+                         tf.Variable(tf.zeros([2])), direct=True)
+    assert "MutexLock" in {op.type for op in locked.get_concrete_function(
+        tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64),
+        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)).graph.get_operations()}
+    _check_against_reference(ksync.ASP(), direct=True)
+
+
+def test_concurrent_unlocked_pushes_lose_nothing():
+    """Pushes from several threads at once on the unlocked path: every one counted and
+    applied exactly once, and the staleness histogram holds every push."""
+    import threading
+    state = PSUpdateState(4, ksync.ASP().rule(4), DEVICE)
+    var = tf.Variable(tf.zeros([3]))
+    push = make_pusher(state, var, direct=True)
+    one = tf.ones([3])
+    push(one, tf.constant(0, tf.int64), tf.constant(1.0), tf.constant(0, tf.int64))  # trace
+    per_thread = 50
+
+    def pusher(worker):
+        for _ in range(per_thread):
+            push(one, state.read_version(), tf.constant(1.0), tf.constant(worker, tf.int64))
+
+    threads = [threading.Thread(target=pusher, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = 1 + 4 * per_thread
+    c = state.counters()
+    assert (c["version"], c["pushed"], c["applied"], c["dropped"]) == (total, total, total, 0)
+    assert int(c["staleness_hist"].sum()) == total
+    assert list(c["worker_pushes"]) == [1 + per_thread] + [per_thread] * 3
+    np.testing.assert_allclose(var.numpy(), [-total] * 3)
+
+
+def _check_against_reference(policy, direct):
     num_workers = 3
     rule = policy.rule(num_workers)
     reference = ksync.UpdateState(num_workers, rule)
     state = PSUpdateState(num_workers, rule, DEVICE)
     var = tf.Variable(tf.zeros([2]))
-    # The strategy applies a static K = 1 rule outside the lock (`direct`): Ringmaster
-    # takes that path here, the others the aggregate's (which Adaptive uses at K = 1).
-    push = make_pusher(state, var, direct=isinstance(policy, ksync.Ringmaster))
+    push = make_pusher(state, var, direct=direct)
     rng = random.Random(7)
     expected = np.zeros(2)
     round_grads = []
     # The noise scale's statistics, as the simulator computes them (`ksync.noise`).
     round_noise, noise_sums = RoundNoise(), np.zeros(2)
+    hist = np.zeros((num_workers, STALENESS_BINS), np.int64)
     for _ in range(60):
         worker = rng.randrange(num_workers)
         v_read = max(0, reference.version - rng.randrange(4))
@@ -70,6 +121,7 @@ def test_tf_state_matches_reference(policy):
         grad = np.array([rng.uniform(-1, 1), np.nan if not finite else 1.0],
                         np.float32).astype(np.float64)
         result = reference.push(worker, v_read, samples, finite=finite)
+        hist[worker, min(result.staleness, STALENESS_BINS - 1)] += 1
         push(tf.constant(grad, tf.float32), tf.constant(v_read, tf.int64),
              tf.constant(samples), tf.constant(worker, tf.int64))
         if result.accepted:
@@ -87,6 +139,7 @@ def test_tf_state_matches_reference(policy):
                                     reference.dropped, reference.pending,
                                     reference.nonfinite)
         assert list(c["contributed"]) == reference.contributed
+        np.testing.assert_array_equal(c["staleness_hist"], hist)
         np.testing.assert_allclose(c["noise_sums"], noise_sums, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(var.numpy(), expected, rtol=1e-5, atol=1e-6)
     if rule.k > 1 and not isinstance(policy, ksync.Ringmaster):
