@@ -79,9 +79,12 @@ def _scale(grad, factor):
 
 
 def _sq_norm(grad):
-    """Squared L2 norm of a gradient (float64 scalar)."""
+    """Squared L2 norm of a gradient (float64 scalar), in one pass (`l2_loss`), at
+    least in float32."""
     values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
-    return tf.reduce_sum(tf.square(tf.cast(values, tf.float64)))
+    if values.dtype.size < 4:
+        values = tf.cast(values, tf.float32)
+    return 2.0 * tf.cast(tf.nn.l2_loss(values), tf.float64)
 
 
 def _all_finite(grad):
@@ -370,21 +373,22 @@ class PSUpdateState:
                     # Each shard adds the gradient and, when the round commits, the
                     # squared norm of its part of the round's aggregate (one pass over
                     # the shard a round, for the noise scale).
-                    sums = []
+                    added = []
                     for i in indices:
                         acc, g = accumulators[i], updates[i][2]
+                        # A rejected gradient weighs 0 and may hold NaN: multiply_no_nan
+                        # makes it exactly 0.
                         if isinstance(g, tf.IndexedSlices):
-                            # tf.where, not a multiply: a rejected gradient may hold NaN.
-                            values = tf.where(accepted, _scale(g, weight * samples).values,
-                                              tf.zeros_like(g.values))
-                            op = acc.scatter_add(tf.IndexedSlices(values, g.indices))
+                            added.append(acc.scatter_add(tf.IndexedSlices(
+                                tf.math.multiply_no_nan(g.values, tf.cast(
+                                    weight * samples, g.dtype)), g.indices)))
                         else:
-                            op = acc.assign_add(tf.where(
-                                accepted, _scale(g, weight * samples), tf.zeros_like(g)))
-                        with tf.control_dependencies([op]):
-                            sums.append(tf.cond(commit, lambda acc=acc: _sq_norm(
-                                acc.read_value()), lambda: tf.constant(0.0, tf.float64)))
-                    return sums
+                            added.append(acc.assign_add(tf.math.multiply_no_nan(
+                                g, tf.cast(weight * samples, g.dtype))))
+                    with tf.control_dependencies(added):
+                        return [tf.cond(commit, lambda: tf.add_n([
+                            _sq_norm(accumulators[i].read_value()) for i in indices]),
+                            lambda: tf.constant(0.0, tf.float64))]
                 added = self._on_shards(updates, add, values=True)
                 with tf.control_dependencies(added):
                     shard_ops = [tf.cond(commit, lambda: tf.group(self._apply_round(

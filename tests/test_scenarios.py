@@ -7,6 +7,7 @@ import math
 import pathlib
 import statistics
 
+import numpy as np
 import pytest
 
 from cluster_sim.scenarios import (BENCH_DIR, DEFAULT_TRACE_DIR, Scenario, SpeedSchedule,
@@ -438,3 +439,17 @@ def test_a_simulated_run_of_a_pause_keeps_every_push_counted():
     assert result["applied"] + result["dropped"] + result["pending"] == result["pushed"] == 240
     pushes = result["worker_pushes"]
     assert pushes[1] < pushes[0] / 3, pushes
+
+
+def test_trace_even_follows_near_equal_real_workers():
+    """The near-homogeneous trace of the allocation bench: job_4's fast workers, whose
+    median speeds are within 4 % of each other while each moves from point to point."""
+    s = load_scenario("trace_even")
+    assert s.num_workers == 4
+    medians, moves = [], []
+    for (schedule,) in s.slowdowns:
+        speeds = np.array(schedule.speeds)
+        medians.append(np.median(speeds))
+        moves.append(np.abs(np.diff(speeds) / speeds[:-1]).mean())
+    assert 0.95 <= min(medians) and max(medians) <= 1.0 + 1e-9
+    assert all(0.02 < m < 0.1 for m in moves)

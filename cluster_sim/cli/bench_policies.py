@@ -366,8 +366,9 @@ def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=No
         if deadline is not None and time.monotonic() >= deadline:
             break
         if sim_config is not None:
-            r = simulate_arm(a.arm, dataclasses.replace(sim_config, seed=seed), data,
-                             run_config)
+            with _one_blas_thread():
+                r = simulate_arm(a.arm, dataclasses.replace(sim_config, seed=seed), data,
+                                 run_config)
         else:
             from cluster_sim.harness.run import run_arm
             callback = progress(a.arm.label, seed) if progress else None
@@ -386,6 +387,14 @@ def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=No
 _PROCESS_DATA = None  # the workload, once per simulating process
 
 
+def _one_blas_thread():
+    """One BLAS thread while it is held, as in each process of ``--jobs``: a simulation
+    then gives the same bits whatever ``--jobs`` is (BLAS sums its products in another
+    order on several threads, and training carries the difference on)."""
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(1)
+
+
 def _init_sim_process(data, parent):
     # A simulation process ends with the bench that started it, however that ends (a
     # SIGTERM or SIGKILL to the bench alone would otherwise leave it running).
@@ -395,11 +404,7 @@ def _init_sim_process(data, parent):
     global _PROCESS_DATA
     _PROCESS_DATA = data
     prepare_tensorflow()  # without its start-up noise, as in the parent
-    try:  # one BLAS thread per process: the processes are the parallelism
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(1)
-    except ImportError:
-        pass
+    _one_blas_thread()  # for good in this process: the processes are the parallelism
 
 
 def _simulate_in_process(arm, sim_config, run_config):
