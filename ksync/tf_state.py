@@ -167,12 +167,13 @@ class PSUpdateState:
 
     # -- chief side -------------------------------------------------------------------
     def counters(self) -> dict:
-        """Every counter and per-worker series as numpy values (one call to the PS, two
-        tensors fetched)."""
+        """Every counter and per-worker series as numpy values (one call to the PS, one
+        tensor fetched)."""
         w = self.num_workers
-        with tf.device(self.device):
-            ints, floats = (t.numpy() for t in self._read_all())
         sizes = [len(COUNTERS), 5, w, w * STALENESS_BINS]
+        with tf.device(self.device):
+            packed = self._read_all().numpy()
+        ints, floats = packed[:sum(sizes)].astype(np.int64), packed[sum(sizes):]
         counters, rule, contributed, hist = np.split(ints, np.cumsum(sizes)[:-1])
         hist = hist.reshape(w, STALENESS_BINS)
         floats, noise = floats[:-2], floats[-2:]
@@ -199,7 +200,9 @@ class PSUpdateState:
         floats = tf.concat([tf.reshape(tf.concat([self.worker_sums.read_value(),
                                                   self.worker_last.read_value()], axis=1),
                                        [-1]), self.noise_sums.read_value()], axis=0)
-        return ints, floats
+        # One tensor: each fetch is one more message. The counts are exact in float64
+        # below 2^53.
+        return tf.concat([tf.cast(ints, tf.float64), floats], axis=0)
 
     def gate_state(self) -> dict:
         """What the coordinator's barrier needs: ``version``, ``contributed`` (the
