@@ -240,3 +240,15 @@ def test_rennala_on_the_tf_state_one_fast_worker_fills_the_round():
         reference.version, reference.applied, reference.dropped, reference.pending) == (1, 4, 1, 1)
     np.testing.assert_allclose(var.numpy(), [-2.5])   # mean of 1, 2, 3, 4; 100 dropped
     assert bool(c["wait"]) is False and c["k"] == 4
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
+def test_the_push_scalars_ride_in_a_gradient_of_any_float_dtype_exactly(dtype):
+    from ksync.tf_state import _carry
+    grad = tf.cast(tf.reshape(tf.range(6.0), [2, 3]), dtype)
+    meta = tf.constant([1.0, 37.0, 0.123456789012345, 5.0, 1e-300], tf.float64)
+    back, got = _carry(grad, meta, DEVICE)
+    assert back.dtype == dtype and back.shape == grad.shape
+    np.testing.assert_array_equal(tf.cast(back, tf.float64).numpy(),
+                                  tf.cast(grad, tf.float64).numpy())
+    np.testing.assert_array_equal(got.numpy(), meta.numpy())  # bit for bit
