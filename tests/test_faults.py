@@ -192,10 +192,12 @@ def freeze_script(cluster, marks, after_resume_pushes=60):
             return False
         if not marks["signaller"].done():
             # Counted from when the stop has landed (a loaded machine can take seconds to
-            # start the signaller), plus 1 s for a push already sent to reach the PS.
+            # start the signaller), plus 3 s for a push already sent to reach the PS and
+            # be counted there (1 s was once too little on a loaded machine: one push
+            # counted late; a worker pushing while frozen would push hundreds of times).
             if "stopped" not in marks and cluster.stopped("worker", VICTIM):
                 marks["stopped"] = time.monotonic()
-            if "stopped" in marks and time.monotonic() - marks["stopped"] > 1.0:
+            if "stopped" in marks and time.monotonic() - marks["stopped"] > 3.0:
                 marks.setdefault("early", t)
                 marks["late"] = t
             return False
