@@ -169,6 +169,11 @@ class LocalCluster:
         if self._closed:
             return
         self._closed = True
+        # The strategies on this cluster stop their threads first. Looked up, not
+        # imported: a process that never imported the strategy (and TensorFlow) has none.
+        strategy_module = sys.modules.get("strategies.ksync_strategy")
+        if strategy_module is not None:
+            strategy_module.shutdown_strategies_of(self.config.cluster["ps"])
         for proc in self._procs.values():
             _signal_group(proc, signal.SIGCONT)
             _signal_group(proc, signal.SIGTERM)

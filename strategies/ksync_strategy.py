@@ -169,7 +169,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         elif not isinstance(policy, ksync.Policy):
             raise TypeError(f"policy must be a ksync.Policy or a policy name, got "
                             f"{type(policy).__name__}.")
-        num_workers = len(cluster_resolver.cluster_spec().as_dict()["worker"])
+        jobs = cluster_resolver.cluster_spec().as_dict()
+        num_workers = len(jobs["worker"])
         # Validate before connecting, so bad settings fail fast and without network.
         schedule = None
         if batch_allocation is not None:
@@ -207,6 +208,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self.coordinator = KSyncCoordinator(self)
         if schedule is not None:
             self._allocation = BatchAllocation(self, controller.sizes)
+        self._ps_addresses = list(jobs["ps"])
+        _LIVE.add(self)
 
     @property
     def refresh_every(self) -> int:
@@ -455,6 +458,20 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         telemetry = build_telemetry(self._state.counters(), self.controller, busy, steps)
         telemetry["retried"] = self.coordinator.retried()
         return telemetry
+
+
+#: every KSyncStrategy of this process (`shutdown_strategies_of`).
+_LIVE = weakref.WeakSet()
+
+
+def shutdown_strategies_of(ps_addresses) -> None:
+    """`KSyncStrategy.shutdown` for every strategy of this process on the cluster whose
+    PS tasks are ``ps_addresses``: to call before those servers stop, so that no
+    coordinator thread goes on refreshing against servers that are gone (a warning at
+    every try, after a script or a test session has ended)."""
+    for strategy in list(_LIVE):
+        if strategy._ps_addresses == list(ps_addresses):  # pylint: disable=protected-access
+            strategy.shutdown()
 
 
 class _Snapshot:

@@ -227,3 +227,16 @@ def test_allocation_settings_are_validated(cluster):
             8, min_batch=4))
     with pytest.raises(ValueError, match="need batch_allocation"):
         KSyncStrategy(cluster.resolver(), allocation_mode="last")
+
+
+def test_strategies_on_a_cluster_stop_their_threads_before_it_stops(cluster):
+    """`LocalCluster.close` stops the coordinator threads of the strategies on it first
+    (`shutdown_strategies_of`), and only theirs: no refresh warnings after a script or a
+    test session, and a strategy on other servers is left alone."""
+    from strategies.ksync_strategy import shutdown_strategies_of
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
+    queue = strategy.coordinator._cluster.closure_queue  # pylint: disable=protected-access
+    shutdown_strategies_of(["127.0.0.1:1"])
+    assert queue._should_process_closures  # pylint: disable=protected-access
+    shutdown_strategies_of(cluster.config.cluster["ps"])
+    assert not queue._should_process_closures  # pylint: disable=protected-access
