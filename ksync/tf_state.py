@@ -92,6 +92,14 @@ def _all_finite(grad):
     return tf.reduce_all(tf.math.is_finite(values))
 
 
+def _counter_delta(commit, accepted, applied, finite):
+    """One push's change to the packed counters (`COUNTERS`), int64 flags and counts:
+    ``commit`` made an update, ``applied`` gradients left the round, ``accepted``
+    joined it."""
+    return tf.stack([commit, tf.constant(1, tf.int64), applied, 1 - accepted,
+                     1 - tf.cast(finite, tf.int64), accepted - applied])
+
+
 def _carry(grad, meta, device):
     """``grad`` and the float64 vector ``meta`` sent to ``device`` as one tensor: the
     meta's bits appended to the flat gradient, split apart there, both exact."""
@@ -170,11 +178,11 @@ class PSUpdateState:
         """Every counter and per-worker series as numpy values (one call to the PS, one
         tensor fetched)."""
         w = self.num_workers
-        sizes = [len(COUNTERS), 5, w, w * STALENESS_BINS]
+        sizes = np.cumsum([len(COUNTERS), 5, w, w * STALENESS_BINS])
         with tf.device(self.device):
             packed = self._read_all().numpy()
-        ints, floats = packed[:sum(sizes)].astype(np.int64), packed[sum(sizes):]
-        counters, rule, contributed, hist = np.split(ints, np.cumsum(sizes)[:-1])
+        ints, floats = packed[:sizes[-1]].astype(np.int64), packed[sizes[-1]:]
+        counters, rule, contributed, hist = np.split(ints, sizes[:-1])
         hist = hist.reshape(w, STALENESS_BINS)
         floats, noise = floats[:-2], floats[-2:]
         sums, last = np.split(floats.reshape(w, -1), [len(WORKER_SUMS)], axis=1)
@@ -329,15 +337,14 @@ class PSUpdateState:
                          tf.cast(iteration_time, tf.float64), tf.cast(worker, tf.float64),
                          sq_norm])
         carrier = self._meta_carrier(updates, grads)
-        with tf.device(self.device):
-            version_read = tf.identity(version_read)
-            if carrier is None:
-                meta = tf.identity(meta)
-        grads = [_copy_to(g, v.device) if i != carrier else g
+        grads = [g if i == carrier else _copy_to(g, v.device)
                  for i, ((_, v, _), g) in enumerate(zip(updates, grads))]
         if carrier is not None:
             grads[carrier], meta = _carry(grads[carrier], meta, self.device)
         with tf.device(self.device):
+            version_read = tf.identity(version_read)
+            if carrier is None:
+                meta = tf.identity(meta)
             finite, samples, iteration_time = meta[0] > 0, tf.cast(meta[1], tf.float32), meta[2]
             worker = tf.reshape(tf.cast(meta[3], tf.int64), [1, 1])
             sq_norm = meta[4]
@@ -399,9 +406,7 @@ class PSUpdateState:
 
             with tf.device(self.device), tf.control_dependencies(shard_ops):
                 applied_now = commit_i * in_round
-                delta = tf.stack([commit_i, tf.constant(1, tf.int64), applied_now,
-                                  1 - accepted_i, 1 - tf.cast(finite, tf.int64),
-                                  accepted_i - applied_now])
+                delta = _counter_delta(commit_i, accepted_i, applied_now, finite)
                 bookkeeping = [self.counter_vec.assign_add(delta)] + self._worker_telemetry(
                     worker, accepted, version, staleness, samples, iteration_time)
                 if not direct:
@@ -426,15 +431,19 @@ class PSUpdateState:
         # so count an update a moment before every shard shows it: staleness is charged
         # from the version, never under-counted.
         version, commit, weight = decided
-
-        def apply(indices):
-            return tf.cond(commit, lambda: tf.group(_ops([
-                updates[i][0](updates[i][1], _scale(updates[i][2], weight))
-                for i in indices])), tf.no_op)
-
-        with tf.control_dependencies(self._on_shards(updates, apply, locked=False)), \
+        with tf.control_dependencies(self._apply_unlocked(updates, commit, weight)), \
                 tf.device(self.device):
             return tf.identity(version)
+
+    def _apply_unlocked(self, updates, condition, weight=None):
+        """Ops applying each gradient (times ``weight``) to its variable on its own task
+        if ``condition``, outside any lock, as the stock strategy applies updates."""
+        def apply(indices):
+            return tf.cond(condition, lambda: tf.group(_ops([
+                updates[i][0](updates[i][1], updates[i][2] if weight is None
+                              else _scale(updates[i][2], weight))
+                for i in indices])), tf.no_op)
+        return self._on_shards(updates, apply, locked=False)
 
     def _meta_carrier(self, updates, grads):
         """Index of the smallest dense floating-point gradient of a variable on the rule
@@ -460,18 +469,13 @@ class PSUpdateState:
         never smaller."""
         with tf.device(self.device):
             accepted = tf.logical_and(finite, samples > 0)
-
-        def apply(indices):
-            return tf.cond(accepted, lambda: tf.group(_ops([
-                updates[i][0](updates[i][1], updates[i][2]) for i in indices])), tf.no_op)
-
-        applied = self._on_shards(updates, apply, locked=False)
-        with tf.device(self.device), tf.control_dependencies(applied):
+        with tf.device(self.device), \
+                tf.control_dependencies(self._apply_unlocked(updates, accepted)):
             accepted_i = tf.cast(accepted, tf.int64)
-            zero, one = tf.constant(0, tf.int64), tf.constant(1, tf.int64)
-            version = self.counter_vec.assign_add(tf.stack(
-                [accepted_i, one, accepted_i, one - accepted_i,
-                 1 - tf.cast(finite, tf.int64), zero]), read_value=True)[_V]
+            # K = 1: an accepted gradient is an update of its own.
+            version = self.counter_vec.assign_add(
+                _counter_delta(accepted_i, accepted_i, accepted_i, finite),
+                read_value=True)[_V]
             # The version this gradient was applied on, as the lock would have seen it.
             before = version - accepted_i
             telemetry = self._worker_telemetry(worker, accepted, before,

@@ -57,18 +57,17 @@ def test_tf_state_matches_reference(policy):
 def test_asp_direct_push_takes_no_lock_and_matches_reference():
     """ASP's direct push decides from the push alone: no lock in its graph, and the same
     counters, telemetry and parameters as the reference."""
-    state = PSUpdateState(2, ksync.ASP().rule(2), DEVICE)
-    push = make_pusher(state, tf.Variable(tf.zeros([2])), direct=True)
-    graph = push.get_concrete_function(
-        tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64),
-        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)).graph
-    kinds = {op.type for op in graph.get_operations()}
+    def op_types(policy):
+        state = PSUpdateState(2, policy.rule(2), DEVICE)
+        push = make_pusher(state, tf.Variable(tf.zeros([2])), direct=True)
+        graph = push.get_concrete_function(
+            tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64),
+            tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)).graph
+        return {op.type for op in graph.get_operations()}
+
+    kinds = op_types(ksync.ASP())
     assert "MutexLock" not in kinds and "AssignAddVariableOp" in kinds
-    locked = make_pusher(PSUpdateState(2, ksync.SSP(max_staleness=2).rule(2), DEVICE),
-                         tf.Variable(tf.zeros([2])), direct=True)
-    assert "MutexLock" in {op.type for op in locked.get_concrete_function(
-        tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int64),
-        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)).graph.get_operations()}
+    assert "MutexLock" in op_types(ksync.SSP(max_staleness=2))
     _check_against_reference(ksync.ASP(), direct=True)
 
 
