@@ -192,12 +192,14 @@ def freeze_script(cluster, marks, after_resume_pushes=60):
             return False
         if not marks["signaller"].done():
             # Counted from when the stop has landed (a loaded machine can take seconds to
-            # start the signaller), plus 3 s for a push already sent to reach the PS and
-            # be counted there (1 s was once too little on a loaded machine: one push
-            # counted late; a worker pushing while frozen would push hundreds of times).
-            if "stopped" not in marks and cluster.stopped("worker", VICTIM):
+            # start the signaller), plus 1 s for a push already sent to reach the PS.
+            # ``t`` counts as frozen only while the victim is still seen stopped after
+            # it was read: the signaller reports done a moment after its SIGCONT, and a
+            # push the thawed victim finishes in between is not one made while frozen.
+            stopped = cluster.stopped("worker", VICTIM)
+            if "stopped" not in marks and stopped:
                 marks["stopped"] = time.monotonic()
-            if "stopped" in marks and time.monotonic() - marks["stopped"] > 3.0:
+            if stopped and "stopped" in marks and time.monotonic() - marks["stopped"] > 1.0:
                 marks.setdefault("early", t)
                 marks["late"] = t
             return False
