@@ -53,12 +53,14 @@ class _GatedClosureQueue:
         self._since_refresh = 0
         self._live = None  # live workers when last seen
         self._snapshot_lock = threading.Lock()
-        self._snapshot = None  # (generation at read start, pushes at read start, gate)
+        # (generation at read start, pushes at read start, gate, monotonic time at read end)
+        self._snapshot = None
         # Pushes of finished steps, counted where the step's function is known to push
         # exactly once (`KSyncStrategy.pushes_per_call`); `None` once a step whose
         # pushes are not known has finished since.
         self._pushes = 0
         self._last_push = [None] * num_workers  # self._pushes after each worker's push
+        self._last_push_began = [None] * num_workers  # when the step of that push began
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -99,6 +101,7 @@ class _GatedClosureQueue:
                 if pushes == 1 and self._pushes is not None:
                     self._pushes += 1
                     self._last_push[tag] = self._pushes
+                    self._last_push_began[tag] = started[0]
                 elif pushes != 0:
                     self._pushes = None  # unknown from now on: every check reads
                     self._last_push[tag] = None
@@ -184,21 +187,28 @@ class _GatedClosureQueue:
                 pushes = self._pushes
                 gate = self._strategy.gate_state()
                 self.reads["gate"] += 1
-                self._snapshot = (started, pushes, gate)
+                self._snapshot = (started, pushes, gate, time.monotonic())
             return self._snapshot[2]
 
     def _surely_waits(self, worker) -> bool:
         """Whether ``worker`` must wait, known without reading the PS: its last step
-        pushed one gradient after the last read, and the pushes since that read cannot
-        have filled the round it joined (pending + pushes since < K). Under BSP this
-        leaves one read per round instead of one per step. A gradient the PS dropped
-        (non-finite) makes the guess wrong until the next push or refresh reads."""
+        began after the last read and pushed one gradient, and the pushes since that
+        read cannot have filled the round open then (pending + pushes since < K), so
+        its gradient was computed at that round's version and joined it. Under BSP this
+        leaves one read per round instead of one per step. A step that began before
+        the read may have computed a gradient the round's commit made stale, which the
+        PS dropped: its worker is free to start, and guessing "wait" would idle it
+        until some other step ends, out of phase with the rounds (seen on 8 workers
+        under K-sync: a fast worker whose gradients kept arriving just after the round
+        closed, its place taken by a slower one). A gradient the PS dropped as
+        non-finite makes the guess wrong until the next push or refresh reads."""
         with self._snapshot_lock:
             if self._snapshot is None or self._pushes is None:
                 return False
-            _, read_at, gate = self._snapshot
+            _, read_at, gate, read_end = self._snapshot
             mine = self._last_push[worker]
-            if read_at is None or mine is None or mine <= read_at or gate["complete"]:
+            if read_at is None or mine is None or mine <= read_at or gate["complete"] \
+                    or self._last_push_began[worker] < read_end:
                 return False
             return gate["pending"] + (self._pushes - read_at) < self._strategy.rule.k
 

@@ -61,9 +61,11 @@ class PS:
         self.ref = UpdateState(N, rule)
         self.samples = [0.0] * N
 
-    def push(self, worker):
+    def push(self, worker, version_read=None):
+        """A gradient of ``worker`` computed at ``version_read`` (None: the current)."""
         self.samples[worker] += 32
-        return self.ref.push(worker, version_read=self.ref.version, samples=32)
+        read = self.ref.version if version_read is None else version_read
+        return self.ref.push(worker, version_read=read, samples=32)
 
     def gate_state(self):
         r = self.ref
@@ -136,9 +138,10 @@ class Chief:
         assert closure is not None
         return closure
 
-    def push_and_finish(self, worker):
-        """The worker's running step pushes its gradient and ends."""
-        self.ps.push(worker)
+    def push_and_finish(self, worker, version_read=None):
+        """The worker's running step pushes its gradient (computed at ``version_read``;
+        None: the current version) and ends."""
+        self.ps.push(worker, version_read)
         self.threads[worker].submit(self.queue.mark_finished).result(10)
 
     def may_start(self, worker):
@@ -275,3 +278,28 @@ def test_a_round_completed_when_a_worker_died_commits_on_the_next_push(chief):
     c.refresh()
     assert c.strategy.rule.k == 2 and not c.strategy.rule_capped_for_work()
     assert c.may_start(0) and c.may_start(1)
+
+
+def test_a_worker_whose_gradient_came_stale_starts_at_once(chief):
+    """K-sync, K = 2 of 3: workers 0 and 1 close round 0 and start round 1 (the gate
+    reads the PS for that); worker 2's gradient, computed at version 0, arrives after
+    and is dropped. Its worker must start at once, not wait for round 1 as if its
+    gradient had joined it: that idled fast workers out of phase with the rounds and
+    made K-sync rounds as slow as the medium workers on 8 workers."""
+    c = chief(ksync.get("ksync", k=2))
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    c.push_and_finish(1)
+    assert c.ps.ref.version == 1
+    start_round(c, 0, 1)
+    c.push_and_finish(2, version_read=0)
+    assert c.ps.ref.dropped == 1 and c.ps.ref.pending == 0
+    with c.queue._changed:
+        seen = c.queue._generation
+    assert c.queue._may_start(2, seen)  # as `get` asks first (read=False)
+    # Its next gradient is fresh and joins round 1: now the guess holds, no read.
+    start_round(c, 2)
+    c.push_and_finish(2)
+    reads = c.queue.reads["gate"]
+    assert not c.queue._may_start(2, seen)
+    assert c.queue.reads["gate"] == reads
