@@ -14,6 +14,17 @@ import warnings
 from strategies.launch_env import quiet_tensorflow, verbose
 
 
+def command_line(argv=None) -> list[str]:
+    """The command that is running (``argv``, default `sys.argv`) as a user types it,
+    for the ``meta`` of a results.json: ``python -m cluster_sim ARGS``, with no path of
+    this machine (results committed to the repository are read on other machines).
+
+    >>> command_line(["/home/me/ksync/cluster_sim/__main__.py", "demo", "--seeds", "2"])
+    ['python', '-m', 'cluster_sim', 'demo', '--seeds', '2']
+    """
+    return ["python", "-m", "cluster_sim", *(sys.argv if argv is None else argv)[1:]]
+
+
 def prepare_tensorflow() -> None:
     """Settings every command that trains must make before TensorFlow is imported:
     tf_keras as Keras (parameter-server training needs it), TensorFlow imported without

@@ -58,6 +58,7 @@ import statistics
 import sys
 import time
 
+from cluster_sim.cli import command_line
 from cluster_sim.harness.config import ARMS, Arm, RunConfig, load_data, targets
 from cluster_sim.report.results import median_tta
 from cluster_sim.report.tables import format_interval, markdown_table_rows
@@ -587,7 +588,7 @@ def run(args) -> int:
         return 2
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"argv": sys.argv, "seeds": args.seeds, "arms": families,
+    meta = {"argv": command_line(), "seeds": args.seeds, "arms": families,
             "simulate": bool(args.simulate)}
     summary = {"meta": meta, "scenarios": {}}
     sections = []

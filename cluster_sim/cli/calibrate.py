@@ -38,7 +38,7 @@ import sys
 import time
 
 import ksync
-from cluster_sim.cli import prepare_tensorflow
+from cluster_sim.cli import command_line, prepare_tensorflow
 from cluster_sim.cli.simulate import run_policies
 from cluster_sim.sim import SimConfig
 from cluster_sim.report import (format_cell, median_of, median_tta, text_table, version_to_wall,
@@ -324,7 +324,7 @@ def run(args) -> int:
         tables.append(f"{scenario.summary()}\n{error_table(real[name], simulated)}")
         for side, runs in (("real", real[name]), ("simulated", simulated)):
             write_report(out / name / side, runs, title=f"calibration, {side}: {name}",
-                         scenario=scenario, meta={"argv": sys.argv, "costs": costs})
+                         scenario=scenario, meta={"argv": command_line(), "costs": costs})
     text = (f"real and simulated: medians of {args.seeds} seed(s) per policy\n\n"
             + "\n\n".join(tables))
     (out / "calibration.txt").write_text(text + "\n")

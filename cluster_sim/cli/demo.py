@@ -24,7 +24,7 @@ import pathlib
 import sys
 import time
 
-from cluster_sim.cli import prepare_tensorflow
+from cluster_sim.cli import command_line, prepare_tensorflow
 from cluster_sim.scenarios import builtin_names
 
 DEFAULT_ARMS = "bsp,asp,kasync,adaptive"
@@ -99,7 +99,7 @@ def run(args) -> int:
         # Release the strategies' remote functions while the servers still answer.
         gc.collect()
     write_report(out, results, title=f"ksync demo: {scenario.name}", scenario=scenario,
-                 meta={"argv": sys.argv, "seeds": args.seeds})
+                 meta={"argv": command_line(), "seeds": args.seeds})
     print()
     print(table_and_verdict(results, arms))
     speeds = scenario.speeds_at(0.0)

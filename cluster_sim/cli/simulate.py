@@ -31,6 +31,7 @@ import sys
 import time
 
 import ksync
+from cluster_sim.cli import command_line
 from cluster_sim.report import format_table, verdict, write_report
 from cluster_sim.sim import SimConfig, Simulation
 from cluster_sim.sim.speeds import SYNTHETIC, make_speed_model
@@ -201,7 +202,7 @@ def run(args) -> int:
     out = pathlib.Path(args.out)
     summaries = write_report(
         out, results, title=f"simulated: {speeds}",
-        meta={"argv": sys.argv, "seeds": args.seeds, "config": dataclasses.asdict(config)})
+        meta={"argv": command_line(), "seeds": args.seeds, "config": dataclasses.asdict(config)})
     print()
     print(format_table(summaries))
     print(f"\n{verdict(summaries)}")

@@ -22,7 +22,7 @@ import json
 import pathlib
 import sys
 
-from cluster_sim.cli import prepare_tensorflow
+from cluster_sim.cli import command_line, prepare_tensorflow
 
 
 def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: float,
@@ -145,7 +145,7 @@ def run(args) -> int:
     accuracy = {label: plateau_accuracy(r, args.last_evals) for label, r in results.items()}
     loss = accuracy["undisturbed"] - accuracy["faulted"]
     report = {
-        "argv": sys.argv, "policy": args.policy, "minutes": args.minutes,
+        "argv": command_line(), "policy": args.policy, "minutes": args.minutes,
         "faults_scheduled": events, "faults_applied": faults,
         "counters_consistent": ok_counters, "accuracy_loss": loss,
         "last_evals": args.last_evals,
