@@ -59,8 +59,8 @@ class _GatedClosureQueue:
         # exactly once (`KSyncStrategy.pushes_per_call`); `None` once a step whose
         # pushes are not known has finished since.
         self._pushes = 0
-        self._last_push = [None] * num_workers  # self._pushes after each worker's push
-        self._last_push_began = [None] * num_workers  # when the step of that push began
+        # Each worker's last push: (self._pushes after it, when the step of it began).
+        self._last_push = [None] * num_workers
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -100,8 +100,7 @@ class _GatedClosureQueue:
             with self._snapshot_lock:
                 if pushes == 1 and self._pushes is not None:
                     self._pushes += 1
-                    self._last_push[tag] = self._pushes
-                    self._last_push_began[tag] = started[0]
+                    self._last_push[tag] = (self._pushes, started[0])
                 elif pushes != 0:
                     self._pushes = None  # unknown from now on: every check reads
                     self._last_push[tag] = None
@@ -207,8 +206,10 @@ class _GatedClosureQueue:
                 return False
             _, read_at, gate, read_end = self._snapshot
             mine = self._last_push[worker]
-            if read_at is None or mine is None or mine <= read_at or gate["complete"] \
-                    or self._last_push_began[worker] < read_end:
+            if read_at is None or mine is None or gate["complete"]:
+                return False
+            count, began = mine
+            if count <= read_at or began < read_end:
                 return False
             return gate["pending"] + (self._pushes - read_at) < self._strategy.rule.k
 
