@@ -20,8 +20,8 @@ import numpy as np
 
 from .base import Forecaster, NotFittedError
 from .metrics import log_mae
-from .windows import (CHANGEPOINT_CONTEXT, changepoint_levels, edge_fill, exp_smooth,
-                      forecast_origins, recent_matrix)
+from .windows import (CHANGEPOINT_CONTEXT, changepoint_levels, check_jump, edge_fill,
+                      exp_smooth, forecast_origins, recent_matrix)
 
 __all__ = ["LastValue", "MovingAverage", "ExponentialSmoothing", "ChangePointSmoothing",
            "LagRegressor"]
@@ -159,21 +159,26 @@ class ChangePointSmoothing(Forecaster):
     [[0.5]]
     """
 
-    _param_names = ("alpha", "threshold")
+    _param_names = ("alpha", "threshold", "jump")
+    _legacy_params = {"jump": None}
     grid = ExponentialSmoothing.grid
     context = CHANGEPOINT_CONTEXT
 
-    def __init__(self, alpha: float | None = None, threshold: float = 3.0):
+    def __init__(self, alpha: float | None = None, threshold: float = 3.0,
+                 jump: float | None = 8.0):
         if alpha is not None and not (0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be in (0, 1] or None, got {alpha!r}")
+        check_jump(jump, threshold)
         self.alpha, self.alpha_, self.threshold = alpha, alpha, float(threshold)
+        self.jump = jump
 
     @property
     def needs_fit(self):
         return self.alpha is None
 
     def _level(self, recent, alpha, horizon):
-        return _flat(changepoint_levels(recent, alpha, self.threshold)[:, -1], horizon)
+        return _flat(changepoint_levels(recent, alpha, self.threshold, jump=self.jump)[:, -1],
+                     horizon)
 
     def _fit(self, series, validation, **kwargs):
         if self.alpha is None:

@@ -57,15 +57,17 @@ def make_forecasters(gru_kwargs: dict | None = None) -> dict:
     from .gru import GRUOnly, GRUSmoothingForecaster
 
     gru_kwargs = dict(gru_kwargs or {})
+    gru = GRUSmoothingForecaster(horizon=R, **gru_kwargs)
     return {
-        "GRUSmoothing": GRUSmoothingForecaster(horizon=R, **gru_kwargs),
+        "GRUSmoothing": gru,
         "LastValue": LastValue(),
         "MovingAverage": MovingAverage(),
         "ExpSmoothing": ExponentialSmoothing(),
         "GRUOnly": GRUOnly(horizon=R, **{k: v for k, v in gru_kwargs.items()
-                                         if k != "changepoint"}),
+                                         if k not in ("changepoint", "jump")}),
         "LagRegressor": LagRegressor(horizon=R),
-        "CPSmoothing": ChangePointSmoothing(),
+        # The GRU's level alone, with the same one-point jumps.
+        "CPSmoothing": ChangePointSmoothing(jump=gru.jump if gru.changepoint else None),
     }
 
 
@@ -247,6 +249,9 @@ def main(argv=None) -> None:
     p.add_argument("--window", type=int, default=None, help="override GRU window")
     p.add_argument("--changepoint", type=float, default=None,
                    help="override GRUSmoothing's change-point threshold (0: plain smoothing)")
+    p.add_argument("--jump", type=float, default=None,
+                   help="override the one-point restart of GRUSmoothing's level and of "
+                        "CPSmoothing (0: wait for a second point)")
     p.add_argument("--holdout", choices=HOLDOUTS, default="worker",
                    help="hold out whole workers of every job, or whole jobs in turn")
     p.add_argument("--metric", choices=METRICS, default="mape",
@@ -272,6 +277,8 @@ def main(argv=None) -> None:
                              ("window", args.window)) if v is not None}
     if args.changepoint is not None:
         gru["changepoint"] = args.changepoint or None
+    if args.jump is not None:
+        gru["jump"] = args.jump or None
     evaluate(args.traces, args.out, min_history=args.min_history, seed=args.seed, gru_kwargs=gru,
              holdout=args.holdout, metric=args.metric, machine_usage=args.machine_usage,
              scenarios=args.scenarios, every=args.every,

@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from .base import Forecaster, NotFittedError
-from .windows import (CHANGEPOINT_CONTEXT, changepoint_levels, edge_fill, forecast_origins,
-                      recent_matrix, smoothing_weights)
+from .windows import (CHANGEPOINT_CONTEXT, changepoint_levels, check_jump, edge_fill,
+                      forecast_origins, recent_matrix, smoothing_weights)
 
 __all__ = ["GRUSmoothingForecaster", "GRUOnly", "DEFAULT_MODEL_PATH"]
 
@@ -228,6 +228,10 @@ class GRUSmoothingForecaster(_GRUForecaster):
             points beyond ``changepoint`` times the noise scale, see
             ``windows.changepoint_levels``), so it follows a regime change in two
             steps instead of ~``1 / alpha``; ``None``: plain smoothing.
+        jump: With ``changepoint``, one point beyond ``jump`` times the noise scale
+            restarts the level at once (a large shift is followed in one step);
+            ``None``: every change waits for its second point. The default 8 was
+            measured in `predictor.evaluate`'s regret replay (see predictor/data).
         epochs, batch_size, learning_rate, patience: Training; ``patience`` epochs
             without validation improvement stop training when validation is given.
         refit_epochs: Epochs of fine-tuning per ``refit()`` during training runs.
@@ -243,14 +247,15 @@ class GRUSmoothingForecaster(_GRUForecaster):
     (64, 1)
     """
 
-    _param_names = _GRUForecaster._param_names + ("alpha", "context", "changepoint")
-    # Files saved before the change-point level existed keep plain smoothing.
-    _legacy_params = {"changepoint": None}
+    _param_names = _GRUForecaster._param_names + ("alpha", "context", "changepoint", "jump")
+    # Files saved before the change-point level existed keep plain smoothing, and
+    # those saved before one-point jumps keep waiting for a second point.
+    _legacy_params = {"changepoint": None, "jump": None}
     n_channels = 2
 
     def __init__(self, window: int = 32, units: int = 32, horizon: int = 10,
                  alpha: float | None = 0.1, context: int = 256,
-                 changepoint: float | None = 3.0, **kwargs):
+                 changepoint: float | None = 3.0, jump: float | None = 8.0, **kwargs):
         super().__init__(window=window, units=units, horizon=horizon, **kwargs)
         if alpha is not None and not (0.0 < alpha <= 1.0):
             raise ValueError(f"alpha must be in (0, 1] or None, got {alpha!r}")
@@ -259,7 +264,9 @@ class GRUSmoothingForecaster(_GRUForecaster):
         if changepoint is not None and not changepoint > 0:
             raise ValueError(f"changepoint must be a positive threshold or None, got "
                              f"{changepoint!r}")
+        check_jump(jump, changepoint)
         self.alpha, self.context, self.changepoint = alpha, int(context), changepoint
+        self.jump = jump
         self.alpha_ = alpha
         self._weights_cache = None
 
@@ -284,7 +291,8 @@ class GRUSmoothingForecaster(_GRUForecaster):
             path = filled @ self._weights_cache       # level after each window step
         else:
             tail = recent[:, -max(self.window, CHANGEPOINT_CONTEXT):]
-            path = changepoint_levels(tail, self.alpha_, self.changepoint)[:, -self.window:]
+            path = changepoint_levels(tail, self.alpha_, self.changepoint,
+                                      jump=self.jump)[:, -self.window:]
         level = path[:, -1]
         log_level = np.log(level)[:, None]
         x = np.stack([np.log(filled[:, -self.window:]) - log_level, np.log(path) - log_level],

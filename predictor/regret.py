@@ -54,11 +54,17 @@ def round_times(sizes: np.ndarray, speeds: np.ndarray) -> np.ndarray:
 def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
                       global_batch: int | None = None, min_batch: int = 4,
                       hysteresis: float = 0.05, horizon: int = 10,
-                      mode: str = "forecast") -> dict:
+                      mode: str = "forecast", step_cost: float = 0.0) -> dict:
     """Replay allocation over true ``speeds`` (``[workers, points]``) with ``forecaster``.
 
     ``measured`` (same shape; default: ``speeds``) is what the schedule observes,
     e.g. the true speeds with timing noise; round times use the true speeds.
+
+    ``step_cost`` is a fixed time per step on top of ``size / speed`` (a framework's
+    cost; in the speeds' time unit). With it, what the schedule observes is what a
+    cluster measures, samples over busy time, ``size / (step_cost + size / speed)``
+    times ``measured / speeds`` (the noise): a worker's measured speed then moves when
+    its own batch does, as in the harness.
 
     ``global_batch`` defaults to 32 per worker and ``min_batch`` to 4, as in the
     harness. The forecaster's ``update`` buffers are reset first (and left filled).
@@ -80,9 +86,12 @@ def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
     for w in range(n_win):
         sizes[:, w] = current
         best[:, w] = oracle.allocate(v[:, w])
-        new = schedule.observe(version=w + 1, speeds=seen[:, w])
+        observed = seen[:, w] if not step_cost else (
+            sizes[:, w] / (step_cost + sizes[:, w] / v[:, w]) * seen[:, w] / v[:, w])
+        new = schedule.observe(version=w + 1, speeds=observed)
         current = new if new is not None else current
-    t, t_best = round_times(sizes, v)[1:], round_times(best, v)[1:]  # window 0 profiles
+    # Window 0 profiles; the fixed cost is the same for every allocation.
+    t, t_best = (round_times(x, v)[1:] + step_cost for x in (sizes, best))
     regret = t / t_best - 1.0
     return {"mean_regret": float(np.mean(regret)),
             "time_regret": float(t.sum() / t_best.sum() - 1.0),

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 __all__ = ["recent_matrix", "edge_fill", "forecast_origins", "exp_smooth", "smoothing_weights",
-           "changepoint_levels", "CHANGEPOINT_CONTEXT"]
+           "changepoint_levels", "check_jump", "CHANGEPOINT_CONTEXT"]
 
 
 def recent_matrix(histories, length: int) -> np.ndarray:
@@ -63,8 +63,20 @@ def exp_smooth(recent: np.ndarray, alpha: float) -> np.ndarray:
 CHANGEPOINT_CONTEXT = 96
 
 
+def check_jump(jump: float | None, threshold: float | None) -> None:
+    """Raise ``ValueError`` unless ``jump`` is None or a one-point restart above a
+    change-point ``threshold`` (the settings of ``changepoint_levels``; without a
+    threshold there is no change-point level, and ``jump`` goes unused)."""
+    if jump is None or threshold is None:
+        return
+    if not jump > threshold:
+        raise ValueError(f"jump must be above the change-point threshold ({threshold}) or "
+                         f"None, got {jump!r}: a smaller one restarts the level at noise")
+
+
 def changepoint_levels(recent: np.ndarray, alpha: float, threshold: float = 3.0,
-                       run: int = 2, min_scale: float = 0.005) -> np.ndarray:
+                       run: int = 2, min_scale: float = 0.005,
+                       jump: float | None = None) -> np.ndarray:
     """Exponential-smoothing level after each column, restarted at change points.
 
     Smoothing averages noise away but trails a regime change (a co-located job
@@ -73,13 +85,20 @@ def changepoint_levels(recent: np.ndarray, alpha: float, threshold: float = 3.0,
     times the row's noise scale, the level jumps to their mean and smoothing goes on
     from there. The noise scale is the median absolute step of ``log(speed)`` over
     the row (steps are mostly noise even across regime changes), at least
-    ``min_scale``. Works in log space, so it is scale-free. Returns ``[n, length]``.
+    ``min_scale``. With ``jump``, one point beyond ``jump`` times the noise scale
+    restarts the level at that point at once: waiting for a second point costs an
+    allocation window at the wrong sizes after every large shift (a co-located job
+    starting, a pause), while following a one-point spike costs one window too, so
+    large moves are followed as they come (a spike is left at the next point, which
+    jumps back). Works in log space, so it is scale-free. Returns ``[n, length]``.
     A Python loop over columns: callers pass the last ``CHANGEPOINT_CONTEXT``
     points (older ones weigh < 1 % for alpha >= 0.05, and a shift restarts the level).
 
     >>> x = np.array([[1.0, 1.02, 0.98, 1.0, 1.01, 0.5, 0.51, 0.49]])
     >>> changepoint_levels(x, alpha=0.1).round(2).tolist()
     [[1.0, 1.0, 1.0, 1.0, 1.0, 0.93, 0.5, 0.5]]
+    >>> changepoint_levels(x, alpha=0.1, jump=8.0).round(2).tolist()
+    [[1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5]]
     """
     x = np.log(edge_fill(recent))
     n, length = x.shape
@@ -88,6 +107,7 @@ def changepoint_levels(recent: np.ndarray, alpha: float, threshold: float = 3.0,
         steps = np.abs(np.diff(np.log(recent), axis=1))
         scale = np.nan_to_num(np.nanmedian(np.where(steps > 0, steps, np.nan), axis=1))
     limit = threshold * np.maximum(scale, min_scale)
+    big = np.inf if jump is None else jump * np.maximum(scale, min_scale)
     level = x[:, 0].copy()
     streak = np.zeros(n)  # signed count of consecutive large deviations
     out = np.empty_like(x)
@@ -97,10 +117,12 @@ def changepoint_levels(recent: np.ndarray, alpha: float, threshold: float = 3.0,
         sign = np.sign(dev) * (np.abs(dev) > limit)
         streak = np.where(sign * streak > 0, streak + sign, sign)
         shift = np.abs(streak) >= run
+        jumped = (np.abs(dev) > big) & ~shift
         level = level + alpha * dev
         if shift.any():
             level[shift] = x[shift, max(0, t - run + 1):t + 1].mean(axis=1)
-            streak[shift] = 0.0
+        level[jumped] = x[jumped, t]
+        streak[shift | jumped] = 0.0
         out[:, t] = level
     return np.exp(out)
 

@@ -95,6 +95,52 @@ def test_changepoint_levels_ignore_a_spike_and_follow_a_shift():
     assert np.all(levels > 0)
 
 
+def test_a_jump_restarts_the_level_at_once_and_a_spike_is_left_at_the_next_point():
+    x = np.r_[np.ones(20), 3.0, np.ones(10), np.full(10, 0.5)] * \
+        np.exp(0.01 * np.random.default_rng(0).standard_normal(41))
+    waits = changepoint_levels(x[None, :], alpha=0.1)[0]
+    jumps = changepoint_levels(x[None, :], alpha=0.1, jump=8.0)[0]
+    assert abs(jumps[31] - 0.5) < 0.02 and abs(waits[31] - 0.5) > 0.3   # first point of the shift
+    assert abs(waits[32] - 0.5) < 0.02                                  # the second confirms it
+    assert abs(jumps[20] - 3.0) < 0.1 and abs(jumps[21] - 1.0) < 0.05   # the spike, and back
+    small = np.r_[np.ones(20), np.full(10, 1.1)] * np.exp(0.01 * np.random.default_rng(1)
+                                                          .standard_normal(30))
+    # A shift above the change-point threshold but below the jump still waits a point.
+    assert np.allclose(changepoint_levels(small[None, :], 0.1, jump=50.0),
+                       changepoint_levels(small[None, :], 0.1))
+
+
+def test_one_point_jumps_cut_regret_after_large_shifts():
+    true, seen = step_speeds(length=200, change=100, noise=0.05, seed=3)
+    waits = allocation_regret(true, ChangePointSmoothing(alpha=0.1, jump=None), measured=seen,
+                              horizon=1)
+    jumps = allocation_regret(true, ChangePointSmoothing(alpha=0.1), measured=seen, horizon=1)
+    last = allocation_regret(true, LastValue(), measured=seen, horizon=1)
+    # LastValue and the jump are one window late at the shift, the wait two.
+    assert jumps["regret"][100] < 0.1 < waits["regret"][100]
+    assert jumps["time_regret"] < min(waits["time_regret"], last["time_regret"])
+
+
+def test_a_step_cost_makes_measured_speeds_follow_the_batch():
+    true = np.ones((3, 30)) * np.array([[1.0], [1.0], [0.5]])
+    free = allocation_regret(true, LastValue(), global_batch=96, min_batch=1, hysteresis=0.0)
+    costly = allocation_regret(true, LastValue(), global_batch=96, min_batch=1, hysteresis=0.0,
+                               step_cost=32.0)
+    # Without the cost last value is right after profiling; with it the profile's
+    # speeds (measured at equal sizes) understate the spread and it settles over windows.
+    assert free["time_regret"] == 0.0
+    assert costly["regret"][0] > costly["regret"][1] > costly["regret"][-1]
+    assert costly["regret"][-1] < 0.02                  # integer sizes: 1.4 % off the oracle
+
+
+def test_a_jump_at_or_below_the_change_point_threshold_is_refused():
+    from predictor.gru import GRUSmoothingForecaster
+    for make in (GRUSmoothingForecaster, ChangePointSmoothing):
+        with pytest.raises(ValueError, match="above the change-point threshold"):
+            make(jump=2.0)
+    assert GRUSmoothingForecaster(changepoint=None).changepoint is None  # jump unused
+
+
 def test_scenario_schedules_from_toml(tmp_path):
     d = write_scenarios(tmp_path)
     c = scenario_speeds(d / "colocated.toml", window_s=1.0)
@@ -199,9 +245,11 @@ def test_files_from_before_the_changepoint_level_load_as_plain_smoothing(tmp_pat
     old.fit(series).save(tmp_path / "old.npz")
     header, arrays = read_file(tmp_path / "old.npz")
     del header["params"]["changepoint"]          # as written by ksync before issue 21
+    del header["params"]["jump"]
     write_file(tmp_path / "old.npz", header, arrays)
     loaded = predictor.load(tmp_path / "old.npz")
     assert loaded.changepoint is None and GRUSmoothingForecaster().changepoint == 3.0
+    assert loaded.jump is None
     assert np.array_equal(loaded.predict(series, horizon=3), old.predict(series, horizon=3))
 
 
