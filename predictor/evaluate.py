@@ -66,8 +66,9 @@ def make_forecasters(gru_kwargs: dict | None = None) -> dict:
         "GRUOnly": GRUOnly(horizon=R, **{k: v for k, v in gru_kwargs.items()
                                          if k not in ("changepoint", "jump")}),
         "LagRegressor": LagRegressor(horizon=R),
-        # The GRU's level alone, with the same one-point jumps.
-        "CPSmoothing": ChangePointSmoothing(jump=gru.jump if gru.changepoint else None),
+        # The GRU's level alone: its change-point threshold and one-point jumps.
+        "CPSmoothing": ChangePointSmoothing(threshold=gru.changepoint or 3.0,
+                                            jump=gru.jump if gru.changepoint else None),
     }
 
 

@@ -106,8 +106,9 @@ def changepoint_levels(recent: np.ndarray, alpha: float, threshold: float = 3.0,
         warnings.simplefilter("ignore", RuntimeWarning)  # rows without a step: min_scale
         steps = np.abs(np.diff(np.log(recent), axis=1))
         scale = np.nan_to_num(np.nanmedian(np.where(steps > 0, steps, np.nan), axis=1))
-    limit = threshold * np.maximum(scale, min_scale)
-    big = np.inf if jump is None else jump * np.maximum(scale, min_scale)
+    scale = np.maximum(scale, min_scale)
+    limit = threshold * scale
+    big = np.inf if jump is None else jump * scale
     level = x[:, 0].copy()
     streak = np.zeros(n)  # signed count of consecutive large deviations
     out = np.empty_like(x)

@@ -19,7 +19,7 @@ def command_line(argv=None) -> list[str]:
     for the ``meta`` of a results.json: ``python -m cluster_sim ARGS``, with no path of
     this machine (results committed to the repository are read on other machines).
 
-    >>> command_line(["/home/me/ksync/cluster_sim/__main__.py", "demo", "--seeds", "2"])
+    >>> command_line(["path/to/cluster_sim/__main__.py", "demo", "--seeds", "2"])
     ['python', '-m', 'cluster_sim', 'demo', '--seeds', '2']
     """
     return ["python", "-m", "cluster_sim", *(sys.argv if argv is None else argv)[1:]]
