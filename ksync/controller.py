@@ -268,6 +268,8 @@ class RuleController:
         if self.schedule is not None:
             state["allocation"] = {"sizes": list(self.schedule.sizes),
                                    "history": self.schedule.history}
+            if self.schedule.step_cost is not None:
+                state["allocation"]["step_cost"] = self.schedule.step_cost.get_state()
         return state
 
     def set_state(self, state: dict) -> None:
@@ -282,6 +284,9 @@ class RuleController:
             allocation = state["allocation"]
             self.schedule.sizes = list(allocation["sizes"])
             self.schedule.history = allocation["history"]
+            # Checkpoints written before the cost was estimated learn it again.
+            if self.schedule.step_cost is not None and "step_cost" in allocation:
+                self.schedule.step_cost.set_state(allocation["step_cost"])
             self.sizes = list(allocation["sizes"])
 
     def _observation(self, now):
@@ -323,11 +328,12 @@ class RuleController:
             return None
         if now.version - self._allocated.version < self.allocate_every:
             return None
-        samples = np.subtract(now.worker_samples, self._allocated.worker_samples)
-        busy = np.subtract(now.busy_s, self._allocated.busy_s)
-        speeds = [s / t if t > 0 and s > 0 else None for s, t in zip(samples, busy)]
-        self._allocated = now
-        sizes = self.schedule.observe(now.version, speeds)
+        before, self._allocated = self._allocated, now
+        sizes = self.schedule.observe_window(
+            now.version, np.subtract(now.worker_samples, before.worker_samples),
+            np.subtract(now.busy_s, before.busy_s),
+            np.subtract(now.worker_pushes, before.worker_pushes or 0)
+            if now.worker_pushes else None)
         if sizes is not None:
             self.sizes = list(sizes)
         return sizes

@@ -54,7 +54,8 @@ def round_times(sizes: np.ndarray, speeds: np.ndarray) -> np.ndarray:
 def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
                       global_batch: int | None = None, min_batch: int = 4,
                       hysteresis: float = 0.05, horizon: int = 10,
-                      mode: str = "forecast", step_cost: float = 0.0) -> dict:
+                      mode: str = "forecast", step_cost: float = 0.0,
+                      estimate_cost: bool = True) -> dict:
     """Replay allocation over true ``speeds`` (``[workers, points]``) with ``forecaster``.
 
     ``measured`` (same shape; default: ``speeds``) is what the schedule observes,
@@ -64,7 +65,9 @@ def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
     cost; in the speeds' time unit). With it, what the schedule observes is what a
     cluster measures, samples over busy time, ``size / (step_cost + size / speed)``
     times ``measured / speeds`` (the noise): a worker's measured speed then moves when
-    its own batch does, as in the harness.
+    its own batch does, as in the harness. The schedule sees those counters through
+    `AllocationSchedule.observe_window`, which takes the cost out again as the product
+    does (``estimate_cost=False``: it allocates on samples over busy time).
 
     ``global_batch`` defaults to 32 per worker and ``min_batch`` to 4, as in the
     harness. The forecaster's ``update`` buffers are reset first (and left filled).
@@ -76,7 +79,8 @@ def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
     n, n_win = v.shape
     global_batch = global_batch or 32 * n
     schedule = AllocationSchedule(BatchAllocator(global_batch, min_batch, hysteresis=hysteresis),
-                                  forecaster, mode=mode, horizon=horizon)
+                                  forecaster, mode=mode, horizon=horizon,
+                                  step_cost="estimate" if estimate_cost else None)
     if forecaster is not None:
         forecaster.reset_buffers()
     oracle = BatchAllocator(global_batch, min_batch, hysteresis=0.0)
@@ -86,9 +90,10 @@ def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
     for w in range(n_win):
         sizes[:, w] = current
         best[:, w] = oracle.allocate(v[:, w])
-        observed = seen[:, w] if not step_cost else (
-            sizes[:, w] / (step_cost + sizes[:, w] / v[:, w]) * seen[:, w] / v[:, w])
-        new = schedule.observe(version=w + 1, speeds=observed)
+        # One step a window: the estimate works on mean steps, so the count cancels.
+        busy = (step_cost + sizes[:, w] / v[:, w]) * v[:, w] / seen[:, w]
+        new = schedule.observe_window(w + 1, samples=sizes[:, w], busy_s=busy,
+                                      steps=np.ones(n))
         current = new if new is not None else current
     # Window 0 profiles; the fixed cost is the same for every allocation.
     t, t_best = (round_times(x, v)[1:] + step_cost for x in (sizes, best))

@@ -8,6 +8,10 @@ speeds (``"last"``), or from a forecaster's prediction of the coming window
 speeds, in the time the fastest takes for an equal share (Non-blocking SGD's deadline:
 the global batch shrinks instead of moving to faster workers). Pure numpy: the strategy and the discrete-event simulator share it.
 
+A cluster hands `observe_window` its counters (samples, busy seconds, steps per worker);
+a `predictor.step_cost.StepCostEstimate` takes the fixed cost per step out of the busy
+time, so the speeds allocated on are per sample and do not move with a worker's own batch.
+
 Example:
 
 >>> from predictor.allocator import BatchAllocator
@@ -22,6 +26,8 @@ import math
 
 import numpy as np
 
+from .step_cost import StepCostEstimate
+
 MODES = ("static", "last", "forecast", "deadline")
 
 
@@ -33,9 +39,12 @@ class AllocationSchedule:
       mode: "static", "last", "forecast" or "deadline" (default: "forecast" with a forecaster,
         otherwise "last").
       horizon: steps ahead the forecast covers; the allocation uses their mean.
+      step_cost: a `predictor.step_cost.StepCostEstimate` for `observe_window`
+        (default: a new one); None measures speeds as samples over busy time.
     """
 
-    def __init__(self, allocator, forecaster=None, mode=None, horizon: int = 10):
+    def __init__(self, allocator, forecaster=None, mode=None, horizon: int = 10,
+                 step_cost="estimate"):
         mode = mode or ("forecast" if forecaster is not None else "last")
         if mode not in MODES:
             raise ValueError(f"allocation mode must be one of {MODES}, got {mode!r}")
@@ -46,6 +55,7 @@ class AllocationSchedule:
         self.forecaster = forecaster
         self.mode = mode
         self.horizon = horizon
+        self.step_cost = StepCostEstimate() if step_cost == "estimate" else step_cost
         self.sizes = None
         self.history = []  # dicts: version, stage, measured, forecast, sizes
 
@@ -55,6 +65,24 @@ class AllocationSchedule:
         self.history = [{"version": 0, "stage": "profile", "measured": None,
                          "forecast": None, "sizes": list(self.sizes)}]
         return list(self.sizes)
+
+    def observe_window(self, version: int, samples, busy_s, steps=None) -> list | None:
+        """`observe` one window from each worker's samples, busy seconds and steps in it
+        (``steps`` None: speeds are samples over busy time).
+
+        >>> from predictor.allocator import BatchAllocator
+        >>> schedule = AllocationSchedule(BatchAllocator(96, min_batch=4), mode="last")
+        >>> schedule.initial(3)
+        [32, 32, 32]
+        >>> schedule.observe_window(20, samples=[640, 640, 640], busy_s=[2.0, 2.0, 6.0],
+        ...                         steps=[20, 20, 20])
+        [41, 41, 14]
+        """
+        if self.step_cost is None or steps is None:
+            speeds = [s / t if s > 0 and t > 0 else None for s, t in zip(samples, busy_s)]
+        else:
+            speeds = self.step_cost.speeds(samples, busy_s, steps)
+        return self.observe(version, speeds)
 
     def observe(self, version: int, speeds) -> list | None:
         """Measured samples/s per worker over the last window (None or NaN where a
@@ -91,6 +119,7 @@ class AllocationSchedule:
             "version": int(version), "stage": stage,
             "measured": [None if not math.isfinite(m) else float(m) for m in measured],
             "forecast": None if forecast is None else [float(f) for f in forecast],
+            "step_cost_s": None if self.step_cost is None else self.step_cost.cost,
             "sizes": list(sizes)})
         changed = sizes != self.sizes
         self.sizes = list(sizes)
