@@ -75,7 +75,7 @@ def make_forecasters(gru_kwargs: dict | None = None) -> dict:
 def evaluate(series_dir, out_dir=None, min_history: int = 32, seed: int = 0,
              gru_kwargs: dict | None = None, verbose: bool = True, holdout: str = "worker",
              metric: str = "mape", machine_usage=None, scenarios=None, every: int = 2,
-             allocation_horizon: int = 10, synthetic: int = 0) -> dict:
+             allocation_horizon: int = 1, synthetic: int = 0) -> dict:
     """Fit on training series, score on held-out ones; return metrics per forecaster."""
     from .regime import regime_sets
 
@@ -265,8 +265,9 @@ def main(argv=None) -> None:
                    help="trace points per allocation window in the regret replay of test jobs")
     p.add_argument("--synthetic", type=int, default=0,
                    help="regime-switching synthetic series added to every training set")
-    p.add_argument("--allocation-horizon", type=int, default=10,
-                   help="windows ahead whose mean forecast sets the sizes (AllocationSchedule)")
+    p.add_argument("--allocation-horizon", type=int, default=1,
+                   help="windows ahead whose mean forecast sets the sizes (AllocationSchedule; "
+                        "default 1, as the product)")
     args = p.parse_args(argv)
     if not sorted(Path(args.traces).glob("*.csv")):
         # Name the directory and a sample that works, not a traceback from the loader.

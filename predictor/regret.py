@@ -53,7 +53,7 @@ def round_times(sizes: np.ndarray, speeds: np.ndarray) -> np.ndarray:
 
 def allocation_regret(speeds, forecaster, measured=None, every: int = 1,
                       global_batch: int | None = None, min_batch: int = 4,
-                      hysteresis: float = 0.05, horizon: int = 10,
+                      hysteresis: float = 0.05, horizon: int = 1,
                       mode: str = "forecast", step_cost: float = 0.0,
                       estimate_cost: bool = True) -> dict:
     """Replay allocation over true ``speeds`` (``[workers, points]``) with ``forecaster``.

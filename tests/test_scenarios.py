@@ -50,6 +50,12 @@ def test_static_and_homogeneous_speeds_and_workload():
     assert load_scenario("homogeneous").speeds_at(5.0) == [1.0] * 4
 
 
+def test_steady_says_whether_any_workers_speed_moves_during_the_run():
+    assert [load_scenario(f"bench/{n}").steady()
+            for n in ("homogeneous", "static", "slow3x", "trace", "colocated", "pause",
+                      "churn")] == [True, True, True, False, False, False, False]
+
+
 def test_colocated_alternates_out_of_phase():
     s = load_scenario("colocated")
     assert s.speeds_at(1.0) == [1.0, 0.5, 1.0, 1.0]

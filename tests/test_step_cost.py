@@ -121,3 +121,18 @@ def test_with_a_step_cost_the_estimate_lets_a_forecast_allocate_as_fast_as_last_
                  for est in (False, True)}
         assert times[True][1] < times[False][1]
         assert times[True][1] <= times[True][0]
+
+
+def test_the_default_forecaster_allocates_for_the_window_the_sizes_hold_for():
+    """A mean over 10 windows ahead lets the GRU hedge for speeds switching back, which
+    leaves a slowed worker too large a batch; the schedule's default looks one window
+    ahead, and with the cost taken out allocates no slower than last value."""
+    from predictor import GRUSmoothingForecaster
+    v = scenario_speeds("cluster_sim/scenarios/bench/colocated.toml", window_s=2.5)[:, :120]
+    seen = measured(v, 0.03, 0)
+    gru = GRUSmoothingForecaster.default()
+    last, h1, h10 = (1 + allocation_regret(v, f, measured=seen, global_batch=256,
+                                           step_cost=5.0, mode=mode, **h)["time_regret"]
+                     for f, mode, h in ((LastValue(), "last", {}), (gru, "forecast", {}),
+                                        (gru, "forecast", dict(horizon=10))))
+    assert h1 <= last < h10

@@ -682,8 +682,10 @@ def run(args) -> int:
             text, data_ = _write(out, name, results, arms, scenario, meta,
                                  {"costs": costs, "us_per_sample": us, "tuned_in_sim": tuned},
                                  title)
-            in_runs = framework_cost_in_runs(results, scenario.speeds_at(0.0),
-                                             scenario.batch_size, us)
+            # Where speeds move, step time minus the compute at the t=0 speeds would
+            # count the slowdowns as framework cost.
+            in_runs = scenario.steady() and framework_cost_in_runs(
+                results, scenario.speeds_at(0.0), scenario.batch_size, us)
             if in_runs:
                 injected = scenario.batch_size * us * 1e-6 / max(scenario.speeds_at(0.0))
                 text += (f"\n\nFramework cost per step inside these runs (the fastest "

@@ -195,6 +195,17 @@ class Scenario:
         cuts += [e.at_s for e in self.events if e.worker == worker and t0 < e.at_s < t1]
         return _piecewise_mean(lambda t: self.effective_speed(worker, t), cuts, t0, t1)
 
+    def steady(self) -> bool:
+        """Whether every worker keeps one speed for the whole run (no schedule moves it,
+        no pause or kill).
+
+        >>> Scenario("s", num_workers=2, slowdowns=((SpeedSchedule((0.0,), (0.5,)),), ())).steady()
+        True
+        """
+        return not self.events and all(len(set(f.speeds)) == 1
+                                        for w in range(self.num_workers)
+                                        for f in self._factors(w))
+
     def summary(self) -> str:
         """One line for logs and report headers."""
         speeds = ", ".join(f"{s:.2f}" for s in self.speeds_at(0.0))
