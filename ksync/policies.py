@@ -315,11 +315,6 @@ class _GoodputInputs(typing.NamedTuple):
 ASSUMED_NOISE_BATCHES = 16
 
 
-#: refresh periods (after ``first_refresh``) over which `Adaptive` waits, at the start
-#: of a run, for every live worker's first finished step before it decides.
-STARTUP_REFRESHES = 4
-
-
 def _assumed_noise_scale(batch: float, workers: int) -> float:
     """The noise scale `Adaptive` assumes before one is measured, in ``batch`` units."""
     return batch * min(workers, ASSUMED_NOISE_BATCHES)
@@ -344,9 +339,7 @@ class Adaptive(Policy):
     model picks for equal workers whose whole step is exposed, at the noise scale it
     assumes until one is measured (not with BSP: a synchronous start, then K-async, was
     slower in the simulated benchmark than K-async from the start), decides first after
-    ``first_refresh`` updates once every live worker has pushed (`starting`; the
-    exposure is measured only after the start, whose gradients all read the first
-    versions), and moves to another rule only when that rule's predicted
+    ``first_refresh`` updates, and moves to another rule only when that rule's predicted
     goodput beats the current one's by more than ``hysteresis``. `ksync.RuleController`
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
     predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
@@ -452,13 +445,9 @@ class Adaptive(Policy):
             _assumed_noise_scale(usual_batch, len(batches)))
         # Exposure: the staleness measured under the current rule against the staleness
         # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
-        # every worker in the model); 1 under a waiting rule, which shows none, and
-        # early in a run, whose first gradients all read the first versions (measured
-        # there, 0.4 on 256 simulated workers and 0.05-0.4 on 8 real ones, against
-        # 0.85-0.9 later).
+        # every worker in the model); 1 under a waiting rule, which shows none.
         exposure = 1.0
-        if (times and not context.rule.wait and observation.staleness_mean is not None
-                and not self._early(observation.version)):
+        if times and not context.rule.wait and observation.staleness_mean is not None:
             unbounded = dataclasses.replace(context.rule, max_staleness=None)
             whole = goodput.forecast(unbounded, times, batches, simple,
                                      **self._model()).staleness
@@ -487,37 +476,8 @@ class Adaptive(Policy):
                             exposure=inputs.exposure, usual_times=inputs.usual,
                             **self._model())
 
-    def starting(self, observation) -> bool:
-        """Whether the run is still starting: early (before ``first_refresh`` plus
-        `STARTUP_REFRESHES` refresh periods) with a live worker whose first step has not
-        finished, or that pushed nothing in the window. The model needs every worker's
-        pace, and the exposure needs the staleness of a window in which every worker
-        pushed: fitted to the part of a cluster that has started (and to the low
-        staleness of a window in which few pushed), the rule's staleness bound drops the
-        late starters' gradients until a later decision undoes it (in real 8-worker
-        runs, K = 2 with a bound of 1-3 fitted to 2-3 workers, for 20-500 updates).
-        Later in a run a worker without a step (one that joined) holds nothing back,
-        nor at any time under a rule that waits (a round would wait for the start too).
-
-        >>> import ksync
-        >>> starting = ksync.Observation(version=5, iteration_times=(0.1, None),
-        ...                              live_workers=(0, 1))
-        >>> ksync.Adaptive().starting(starting)
-        True
-        """
-        times, sizes = observation.iteration_times, observation.batch_sizes
-        return self._early(observation.version) and any(times[w] is None or (sizes is not None and not sizes[w])
-                             for w in observation.live_workers)
-
-    def _early(self, version) -> bool:
-        return version < self.first_refresh + STARTUP_REFRESHES * self.refresh_every
-
     def observe(self, observation, context):
         from ksync import goodput
-        # Under a waiting rule a worker stuck in its first step holds every round: no
-        # waiting for the start there.
-        if not context.rule.wait and self.starting(observation):
-            return None
         inputs = self._inputs(observation, context)
         ranked = self._rank(inputs)
         if not ranked or ranked[0].rule == context.rule:

@@ -18,6 +18,19 @@ def test_arms_parse_into_the_matrix_order_with_bsp_always_in():
         parse_families("bsp,kasnyc")
 
 
+def test_an_arm_can_pin_its_grid_value():
+    from cluster_sim.cli.bench_policies import pinned_values
+    text = "kasync=64, adaptive"
+    assert parse_families(text) == ["bsp", "kasync", "adaptive"]
+    assert [a.arm.label for a in bench_arms(parse_families(text), 256,
+                                            pinned_values(text))] == \
+        ["BSP", "KAsync(k=64)", "Adaptive"]
+    for bad, problem in (("asp=2", "only a rule with a grid"), ("kasync=0", ">= 1"),
+                         ("kasync=many", ">= 1")):
+        with pytest.raises(ValueError, match=problem):
+            parse_families(bad)
+
+
 def test_grids_scale_with_the_workers_and_skip_asp_and_bsp_duplicates():
     labels = lambda family, n: [a.arm.label for a in bench_arms([family], n)]
     assert labels("ksync", 8) == ["KSync(k=2)", "KSync(k=4)", "KSync(k=6)"]

@@ -133,12 +133,38 @@ def parse_families(text: str) -> list[str]:
     >>> parse_families("all") == list(ORDER)
     True
     """
-    names = list(ORDER) if text.strip() == "all" else [a.strip() for a in text.split(",")
-                                                       if a.strip()]
+    names = list(ORDER) if text.strip() == "all" else [a.split("=")[0].strip()
+                                                       for a in text.split(",") if a.strip()]
+    pinned_values(text)  # a value pinned to a rule without a grid is an error here too
     unknown = [a for a in names if a not in ORDER]
     if unknown:
         raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ORDER)} or 'all'")
     return [name for name in ORDER if name in names or name == "bsp"]
+
+
+def pinned_values(text: str) -> dict:
+    """The grid values ``--arms`` pins (``kasync=64``: that value only, on every worker
+    count, as a user who has tuned it would run it); ValueError names a bad one.
+
+    >>> pinned_values("bsp, kasync=64, adaptive")
+    {'kasync': 64}
+    """
+    out = {}
+    for item in (a.strip() for a in text.split(",")):
+        if "=" not in item:
+            continue
+        name, _, value = (part.strip() for part in item.partition("="))
+        if name not in FAMILIES:
+            raise ValueError(f"--arms {item!r}: only a rule with a grid takes a value "
+                             f"({', '.join(FAMILIES)}), e.g. kasync=64")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            out[name] = 0
+        if out[name] < 1:
+            raise ValueError(f"--arms {item!r}: the value must be an integer >= 1, e.g. "
+                             f"{name}=4")
+    return out
 
 
 def bench_arms(families, num_workers: int, tuned: dict | None = None) -> list[BenchArm]:
@@ -562,6 +588,7 @@ def run(args) -> int:
     log = lambda text: print(text, flush=True)
     try:
         families = parse_families(args.arms)
+        pinned = pinned_values(args.arms)
         names = [s.strip() for s in args.scenario.split(",") if s.strip()]
         workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
         if not names or args.seeds < 1 or not workers or min(workers) < 1:
@@ -582,7 +609,7 @@ def run(args) -> int:
             costs = None
         for scenario in scenarios.values():
             for n in (workers if args.simulate else [scenario.num_workers]):
-                check_arms(bench_arms(families, n), n)
+                check_arms(bench_arms(families, n, pinned), n)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -609,7 +636,7 @@ def run(args) -> int:
             run_config = _run_config(scenario, args)
             data = load_data(scenario)
             for n in workers:
-                arms = bench_arms(families, n)
+                arms = bench_arms(families, n, pinned)
                 config = _sim_config(costs, scenario, run_config, data, n)
                 if args.compute_before_read:
                     # An input-bound step: the parameters are read after the compute.
@@ -658,10 +685,10 @@ def run(args) -> int:
                 except ValueError as err:
                     print(f"error: {err}", file=sys.stderr)
                     return 2
-                tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers), scenario,
-                                      run_config, costs, data, args.sim_seeds, log,
-                                      args.jobs)
-                         if args.grid_from_sim else None)
+                tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers, pinned),
+                                      scenario, run_config, costs, data, args.sim_seeds,
+                                      log, args.jobs)
+                         if args.grid_from_sim else pinned)
                 arms = bench_arms(families, scenario.num_workers, tuned)
                 todo = [a for s in range(args.seeds) for a in arms
                         if store.get(a.arm.label, s) is None]
@@ -693,7 +720,8 @@ def run(args) -> int:
                          f"t=0): {1e3 * in_runs:.1f} ms; the injected "
                          f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
             if tuned:
-                text += f"\n\nGrid values tuned in the simulator: {tuned}"
+                how = "tuned in the simulator" if args.grid_from_sim else "pinned by --arms"
+                text += f"\n\nGrid values {how}: {tuned}"
             if missing:
                 text += (f"\n\nIncomplete: {missing} of {len(arms) * args.seeds} runs not "
                          f"made yet (--stop-after); the same command resumes them from "
@@ -760,7 +788,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "colocated_usage, pause, churn) or TOML files")
     parser.add_argument("--arms", default="all",
                         help=f"comma-separated arms or 'all': {', '.join(ORDER)} (grids "
-                             "for ssp, ksync, kasync, backup, rennala, ringmaster)")
+                             "for ssp, ksync, kasync, backup, rennala, ringmaster, "
+                             "syncswitch, ashl; NAME=VALUE runs that value only, e.g. "
+                             "kasync=64)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="simulations in this many processes at once (--simulate, the "
