@@ -157,13 +157,10 @@ def pinned_values(text: str) -> dict:
         if name not in FAMILIES:
             raise ValueError(f"--arms {item!r}: only a rule with a grid takes a value "
                              f"({', '.join(FAMILIES)}), e.g. kasync=64")
-        try:
-            out[name] = int(value)
-        except ValueError:
-            out[name] = 0
-        if out[name] < 1:
+        if not value.isdigit() or int(value) < 1:
             raise ValueError(f"--arms {item!r}: the value must be an integer >= 1, e.g. "
                              f"{name}=4")
+        out[name] = int(value)
     return out
 
 
@@ -688,7 +685,7 @@ def run(args) -> int:
                 tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers, pinned),
                                       scenario, run_config, costs, data, args.sim_seeds,
                                       log, args.jobs)
-                         if args.grid_from_sim else pinned)
+                         if args.grid_from_sim else pinned or None)
                 arms = bench_arms(families, scenario.num_workers, tuned)
                 todo = [a for s in range(args.seeds) for a in arms
                         if store.get(a.arm.label, s) is None]
