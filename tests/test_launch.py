@@ -368,12 +368,14 @@ def listener():
 
 @pytest.mark.parametrize("task", ["ps", "worker", "chief"])
 def test_port_in_use_is_named_before_tensorflow_starts(listener, task):
-    ports = free_ports(3)
+    ports = free_ports(4)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[1]}"],
                "worker": [f"127.0.0.1:{ports[2]}"]}
     cluster[task] = [f"127.0.0.1:{listener}"]
+    # A control port of its own: the default (chief port + 1000) can land on a task's.
     rc, out, seconds = launch_quick(tf_config(cluster, task), *(
-        ["--", "python", "-c", "pass"] if task == "chief" else []))
+        ["--", "python", "-c", "pass"] if task == "chief" else []),
+        env={"KSYNC_CONTROL_PORT": str(ports[3])})
     assert rc == 2, out
     assert f"port {listener} of {task}:0 (127.0.0.1:{listener}) is not free" in out, out
     assert "ss -ltnp" in out and "Traceback" not in out, out
