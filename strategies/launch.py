@@ -236,7 +236,7 @@ def run_chief(config: TFConfig, control: str, command: list[str], args, log: _Lo
         started = time.monotonic()
         child = subprocess.Popen([sys.executable, _EXEC_SHIM, str(os.getpid()),
                                   *command], stdin=None)
-        rc = child.wait()
+        rc = _wait_interruptibly(child)
         if rc < 0:
             rc = 128 - rc  # killed by a signal: report it as a shell would
         reason = ("the training script ended" if rc == 0 else
@@ -264,6 +264,20 @@ def run_chief(config: TFConfig, control: str, command: list[str], args, log: _Lo
         # quick) must fetch "done" before we leave; one never up cannot be waited for.
         expected = [t for t, a in targets.items() if t in server.seen() or probe(a, 0.5) is None]
         _shut_down(server, targets, expected, rc, reason, args.shutdown_timeout, log)
+
+
+def _wait_interruptibly(child: subprocess.Popen, poll_s: float = 0.1) -> int:
+    """``child.wait()`` in slices, so that a signal handler runs while the script runs.
+
+    Python runs signal handlers on the main thread only; a SIGTERM the kernel hands to
+    another thread (the control server's) would wait until a bare ``waitpid`` returned,
+    i.e. until the script ended by itself, and never be forwarded to it.
+    """
+    while True:
+        try:
+            return child.wait(poll_s)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _shut_down(server: ControlServer, targets: dict, expected: list, rc: int, reason: str,

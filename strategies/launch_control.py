@@ -248,7 +248,7 @@ class ChiefWatch:
         answer = self._fetch()
         now = time.monotonic()
         if answer is not None:
-            self.last_seen = now
+            self.last_seen, self.last_error = now, None
             if answer.get("state") == "done":
                 code = answer.get("exit_code")
                 why = answer.get("reason") or "training is over"

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -527,6 +528,26 @@ def test_signalled_chief_stops_its_script_and_tells_the_servers(job, sig):
     while processes_with(job.token):  # the script's parent-death signal is asynchronous
         assert time.monotonic() < deadline, f"left running: {processes_with(job.token)}"
         time.sleep(0.1)
+
+
+def test_a_signal_handed_to_another_thread_still_reaches_the_script():
+    """The kernel may deliver the launcher's SIGTERM to its control-server thread; the
+    handler (main thread only) must still run while the script runs, not after it ends."""
+    from strategies.launch import _wait_interruptibly
+    script = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    old = signal.signal(signal.SIGUSR1, lambda *_: script.terminate())
+    try:
+        other = threading.Thread(target=lambda: (time.sleep(0.3), signal.pthread_kill(
+            threading.get_ident(), signal.SIGUSR1)))
+        other.start()
+        started = time.monotonic()
+        assert _wait_interruptibly(script) == -signal.SIGTERM
+        assert time.monotonic() - started < 10
+        other.join()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        script.kill()
+        script.wait()
 
 
 @pytest.mark.cluster

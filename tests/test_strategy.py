@@ -201,7 +201,9 @@ def test_batch_allocation_balances_a_worker_slowed_3x(cluster):
     assert [int(v) for v in local] == sizes
     step_times = [(a["busy_s"] - b["busy_s"]) / (a["pushes"] - b["pushes"])
                   for a, b in zip(after["workers"], before["workers"])]
-    assert max(step_times) / min(step_times) < 1.3, step_times
+    # Equal batches would give about 2.3 here ((144 + 25) / (48 + 25) ms, framework cost
+    # included); the bound leaves room for that cost swinging with load on two cores.
+    assert max(step_times) / min(step_times) < 1.6, step_times
     assert after["dropped"] == 0
     assert after["applied"] + after["pending"] == after["pushed"]
     # samples are weighted: each update averages the round's examples
