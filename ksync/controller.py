@@ -10,8 +10,9 @@ cap: one worker can fill a round alone), records every change with its reason an
 batch allocation, calls the `AllocationSchedule` every ``allocate_every`` updates.
 
 The controller holds everything that belongs to one run (the rule history, the first and
-latest training losses, the observation window); the policy holds only its parameters, so
-one policy instance can drive several controllers.
+latest training losses, the observation window, the policy's own state for the run in
+``Context.memory``); the policy holds only its parameters, so one policy instance can
+drive several controllers.
 
 Pure Python: no TensorFlow.
 
@@ -153,6 +154,7 @@ class RuleController:
         self.history = [(0, self.rule, "initial rule")]
         # (version, loss) of the first and the latest finite loss at an observation.
         self.first_loss = self.last_loss = None
+        self.policy_memory = {}  # the policy's own state for this run (Context.memory)
         self.schedule = schedule
         self.allocate_every = allocate_every
         self.sizes = schedule.initial(num_workers) if schedule is not None else None
@@ -223,7 +225,8 @@ class RuleController:
     def context(self) -> Context:
         """What this run remembers for its policy (see `ksync.policies.Context`)."""
         return Context(num_workers=self.num_workers, rule=self.policy_rule,
-                       first_loss=self.first_loss, last_loss=self.last_loss)
+                       first_loss=self.first_loss, last_loss=self.last_loss,
+                       memory=self.policy_memory)
 
     def explain(self) -> str:
         """Why the current rule runs, in one line (and the policy's status, if any)."""
@@ -264,7 +267,8 @@ class RuleController:
                  "rule": dataclasses.asdict(self.rule),
                  "history": [[v, dataclasses.asdict(r), why] for v, r, why in self.history],
                  "first_loss": None if self.first_loss is None else list(self.first_loss),
-                 "last_loss": None if self.last_loss is None else list(self.last_loss)}
+                 "last_loss": None if self.last_loss is None else list(self.last_loss),
+                 "policy_memory": dict(self.policy_memory)}
         if self.schedule is not None:
             state["allocation"] = {"sizes": list(self.schedule.sizes),
                                    "history": self.schedule.history}
@@ -278,6 +282,8 @@ class RuleController:
         # Checkpoints written before the controller kept the losses have none.
         self.first_loss, self.last_loss = (None if state.get(key) is None else tuple(state[key])
                                            for key in ("first_loss", "last_loss"))
+        # Checkpoints written before policies kept run state have none.
+        self.policy_memory = dict(state.get("policy_memory") or {})
         self.policy_rule = Rule(**state["policy_rule"])
         self.rule = Rule(**state["rule"])
         if self.schedule is not None:

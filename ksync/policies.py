@@ -7,7 +7,7 @@ one instance can serve any number of strategies or simulations at once. It answe
 - ``observe(observation, context) -> (Rule, reason) | None``: a new rule and why, or
   None to keep the current one, given what was measured (`Observation`) and what the
   run remembers for it (`Context`: the workers, the policy's current rule, the first
-  and latest training losses);
+  and latest training losses, the policy's own state for the run);
 - ``status(context) -> str | None`` (optional): one line on what the policy is waiting
   for or last computed, appended to the explanation.
 
@@ -129,12 +129,16 @@ class Context:
       first_loss: ``(version, loss)`` of the first finite training loss an observation
         carried, the current one included (None: no loss yet).
       last_loss: ``(version, loss)`` of the latest such loss (None: no loss yet).
+      memory: the policy's own state for this run, JSON-able (the controller keeps it
+        across observations and in its checkpoints; `Adaptive` keeps its loss record
+        there).
     """
 
     num_workers: int
     rule: Rule
     first_loss: tuple | None = None
     last_loss: tuple | None = None
+    memory: dict = dataclasses.field(default_factory=dict)
 
 
 class Policy:
@@ -315,6 +319,16 @@ class _GoodputInputs(typing.NamedTuple):
 ASSUMED_NOISE_BATCHES = 16
 
 
+#: weight of a new loss report in the smoothed loss `Adaptive`'s stall test follows.
+LOSS_SMOOTHING = 0.3
+#: loss reports a stall needs besides its updates: with a loss reported once an epoch,
+#: ``stall_updates`` can pass between two reports.
+STALL_REPORTS = 3
+#: an update this close to the floor's size counts as the floor's (measured batches
+#: move a little between windows).
+FLOOR_SLACK = 1.05
+
+
 def _assumed_noise_scale(batch: float, workers: int) -> float:
     """The noise scale `Adaptive` assumes before one is measured, in ``batch`` units."""
     return batch * min(workers, ASSUMED_NOISE_BATCHES)
@@ -362,6 +376,13 @@ class Adaptive(Policy):
         workers when there are fewer).
       hysteresis: relative goodput gain a new rule needs over the current one (the
         inputs are noisy, and a small value flaps between near-equal K).
+      stall_updates: updates after which a training loss that has not fallen by
+        ``stall_margin`` means the current updates have reached their noise floor:
+        from then on only rules with larger updates (more samples each) are chosen,
+        for the rest of the run. None: never. Needs a loss (``Observation.loss``:
+        `strategies.callbacks.KSyncLossCallback`, or the simulator's evaluation);
+        without one the rule follows the goodput model alone.
+      stall_margin: relative fall of the smoothed loss that counts as progress.
 
     Example: the rule it starts with, and its decisions on four workers of 32 samples a
     step, one four times slower (here from BSP, as a user's earlier rule): K-async early
@@ -386,7 +407,8 @@ class Adaptive(Policy):
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
                  staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
-                 noise_scale: float | None = None, hysteresis: float = 0.15):
+                 noise_scale: float | None = None, hysteresis: float = 0.15,
+                 stall_updates: int | None = 200, stall_margin: float = 0.01):
         _check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
             raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
@@ -403,12 +425,19 @@ class Adaptive(Policy):
                              f"{noise_scale!r}.")
         if not (isinstance(hysteresis, (int, float)) and hysteresis >= 0):
             raise ValueError(f"hysteresis must be a number >= 0, got {hysteresis!r}.")
+        if stall_updates is not None:
+            _check_int("stall_updates (None: never)", stall_updates, 1)
+        if not (isinstance(stall_margin, (int, float)) and 0 < stall_margin < 1):
+            raise ValueError(f"stall_margin must be a fraction in (0, 1), e.g. 0.01 for "
+                             f"1 %, got {stall_margin!r}.")
         self.refresh_every = refresh_every
         self.momentum = float(momentum)
         self.staleness_tolerance = float(staleness_tolerance)
         self.gradients_halving = float(gradients_halving)
         self.noise_scale = None if noise_scale is None else float(noise_scale)
         self.hysteresis = float(hysteresis)
+        self.stall_updates = stall_updates
+        self.stall_margin = float(stall_margin)
 
     def _model(self) -> dict:
         """The goodput model's parameters, as `goodput.forecast` and `goodput.rank` take
@@ -476,17 +505,56 @@ class Adaptive(Policy):
                             exposure=inputs.exposure, usual_times=inputs.usual,
                             **self._model())
 
+    def floor(self, observation, context, samples: float) -> float:
+        """The run's floor on samples per update after ``observation``'s loss, given the
+        current rule's ``samples`` per update; 0 while the loss has never stalled.
+
+        The smoothed loss (each new report weighted `LOSS_SMOOTHING`) stalls when it
+        has not fallen by ``stall_margin`` below its best for ``stall_updates`` updates
+        and `STALL_REPORTS` reports. With the learning rate fixed, SGD's loss stops
+        falling at a floor set by the noise of its updates, and only larger updates
+        lower it; the measured noise scale does not show it (it settles where the rule
+        that measures it keeps the gradient), so the floor is what moves the rule to
+        larger updates late in training. It rises to the current update's size at each
+        stall and never falls. Kept in ``context.memory``."""
+        memory = context.memory
+        loss = observation.loss
+        # A new report is a new value: callers repeat their latest loss between reports.
+        if loss is not None and math.isfinite(loss) and loss != memory.get("loss"):
+            smoothed = memory.get("smoothed")
+            smoothed = loss if smoothed is None else smoothed + LOSS_SMOOTHING * (
+                loss - smoothed)
+            memory.update(loss=float(loss), smoothed=float(smoothed))
+            best = memory.get("best")
+            if best is None or best - smoothed > self.stall_margin * abs(best):
+                memory.update(best=float(smoothed), since=int(observation.version), reports=0)
+            else:
+                memory["reports"] += 1
+        if (self.stall_updates is not None and "since" in memory
+                and observation.version - memory["since"] >= self.stall_updates
+                and memory["reports"] >= STALL_REPORTS):
+            memory["floor"] = max(memory.get("floor", 0.0), float(samples))
+            memory.update(since=int(observation.version), reports=0,
+                          floor_version=int(observation.version))
+        return memory.get("floor", 0.0)
+
     def observe(self, observation, context):
         from ksync import goodput
         inputs = self._inputs(observation, context)
         ranked = self._rank(inputs)
-        if not ranked or ranked[0].rule == context.rule:
+        if not ranked:
             return None
-        best = ranked[0]
         current = goodput.forecast(context.rule, inputs.times, inputs.batches,
                                    inputs.noise_scale, exposure=inputs.exposure,
                                    **self._model())
-        if best.goodput <= (1.0 + self.hysteresis) * current.goodput:
+        floor = self.floor(observation, context, current.samples_per_update)
+        above = [f for f in ranked if f.samples_per_update > FLOOR_SLACK * floor]
+        best = above[0] if above else max(ranked, key=lambda f: f.samples_per_update)
+        if best.rule == context.rule:
+            return None
+        current_goodput = (current.goodput
+                           if current.samples_per_update > FLOOR_SLACK * floor else 0.0)
+        if best.goodput <= (1.0 + self.hysteresis) * current_goodput:
             return None
         per_update = goodput.per_update(inputs.noise_scale, self.momentum)
         reason = (f"noise scale {inputs.noise_scale:.0f} "
@@ -494,15 +562,27 @@ class Adaptive(Policy):
                   f"per update under momentum {self.momentum:g}), exposure "
                   f"{inputs.exposure:.2f}: {best.describe()}; current rule's goodput "
                   f"{current.goodput:.3g}")
-        if len(ranked) > 1:
-            reason += f"; runner-up {ranked[1].rule.describe()} {ranked[1].goodput:.3g}"
+        if floor:
+            reason += (f"; the loss stalled, so updates of at most {floor:.0f} samples "
+                       f"are ruled out")
+        runner_up = [f for f in (above or ranked) if f is not best]
+        if runner_up:
+            reason += f"; runner-up {runner_up[0].rule.describe()} {runner_up[0].goodput:.3g}"
         return best.rule, reason
+
+    def status(self, context):
+        floor = context.memory.get("floor")
+        if not floor:
+            return None
+        return (f"Adaptive: the loss stalled at version {context.memory['floor_version']}, "
+                f"so updates of at most {floor:.0f} samples are ruled out")
 
     def get_config(self):
         return {"refresh_every": self.refresh_every, "momentum": self.momentum,
                 "staleness_tolerance": self.staleness_tolerance,
                 "gradients_halving": self.gradients_halving,
-                "noise_scale": self.noise_scale, "hysteresis": self.hysteresis}
+                "noise_scale": self.noise_scale, "hysteresis": self.hysteresis,
+                "stall_updates": self.stall_updates, "stall_margin": self.stall_margin}
 
 
 class _Staged(Policy):

@@ -350,3 +350,83 @@ def test_a_window_without_pushes_gives_the_policy_each_workers_run_batch():
     controller.refresh(m(4, (4, 4), (128, 64)))
     controller.refresh(m(5, (4, 4), (128, 64)))
     assert spy.seen and spy.seen[-1].batch_sizes == (32.0, 16.0)
+
+
+# -- the loss stall: larger updates once the loss stops falling ---------------------------
+
+def _run_losses(policy, losses, n=8, every=20, times=None):
+    """Feed ``losses`` (one per observation, None: no report) through a controller on
+    ``n`` equal workers with a fixed noise scale; the controller after the last one."""
+    times = times or (0.1,) * n
+    controller = ksync.RuleController(policy, n)
+    controller.refresh(ksync.Measurement(0, live_workers=tuple(range(n))))
+    for i, loss in enumerate(losses, start=1):
+        observation = ksync.Observation(version=i * every, iteration_times=times,
+                                        live_workers=tuple(range(n)), noise_scale=200.0,
+                                        batch_sizes=(32.0,) * n, loss=loss)
+        proposal = policy.observe(observation, controller.context())
+        if proposal is not None:
+            controller.policy_rule = proposal[0]
+            controller._record(observation.version, *proposal)
+    return controller
+
+
+def _samples(rule, n=8):
+    from ksync import goodput
+    return goodput.forecast(rule, [0.1] * n, [32.0] * n, 200.0, 14.0).samples_per_update
+
+
+def test_a_stalled_loss_moves_the_rule_to_larger_updates_for_good():
+    falling = [2.0 * 0.97 ** i for i in range(30)]          # 3 % a report: progress
+    flat = [falling[-1] * (1 + 0.002 * (-1) ** i) for i in range(30)]   # noise only
+    steady = _run_losses(ksync.Adaptive(), falling)
+    first = steady.policy_rule
+    assert steady.context().memory.get("floor", 0.0) == 0.0
+    stalled = _run_losses(ksync.Adaptive(), falling + flat)
+    floor = stalled.context().memory["floor"]
+    # The floor is an update size that stalled (at least the one before the stall);
+    # the rule's updates grow past it.
+    assert floor >= _samples(first)
+    assert _samples(stalled.policy_rule) > floor > 0
+    later = [rule for version, rule, _ in stalled.history if version > 30 * 20]
+    assert later and _samples(later[-1]) > _samples(first)
+    assert "stalled" in stalled.history[-1][2] and "stalled" in stalled.explain()
+    # Progress again does not bring the smaller updates back.
+    again = _run_losses(ksync.Adaptive(), falling + flat + [flat[-1] * 0.9 ** i
+                                                            for i in range(1, 20)])
+    sizes = [_samples(rule) for version, rule, _ in again.history if version > 30 * 20]
+    assert sizes and sizes == sorted(sizes)
+    assert _samples(again.policy_rule) > again.context().memory["floor"] >= floor
+
+
+def test_no_loss_a_repeated_loss_or_stall_updates_none_leave_the_rule_to_the_model():
+    flat = [1.0] + [1.0 + 0.001 * (-1) ** i for i in range(60)]
+    unchanged = _run_losses(ksync.Adaptive(stall_updates=None), flat)
+    no_loss = _run_losses(ksync.Adaptive(), [None] * 61)
+    # An epoch-level loss repeated between reports is one report, not a stall.
+    repeated = _run_losses(ksync.Adaptive(), [1.0] * 61)
+    for controller in (unchanged, no_loss, repeated):
+        assert "floor" not in controller.context().memory
+        assert [r for _, r, _ in controller.history] == [
+            r for _, r, _ in _run_losses(ksync.Adaptive(stall_updates=None),
+                                         [None] * 61).history]
+    with pytest.raises(ValueError, match="stall_updates"):
+        ksync.Adaptive(stall_updates=0)
+    with pytest.raises(ValueError, match="stall_margin"):
+        ksync.Adaptive(stall_margin=1.5)
+
+
+def test_the_stall_floor_survives_a_checkpoint():
+    import json
+    falling = [2.0 * 0.97 ** i for i in range(30)]
+    controller = _run_losses(ksync.Adaptive(), falling + [falling[-1]] * 2 + [
+        falling[-1] * (1 + 0.002 * (-1) ** i) for i in range(30)])
+    state = json.loads(json.dumps(controller.get_state()))
+    restored = ksync.RuleController(ksync.Adaptive(), 8)
+    restored.set_state(state)
+    assert restored.context().memory == controller.context().memory
+    assert restored.context().memory["floor"] > 0
+    del state["policy_memory"]                 # a checkpoint from before it
+    older = ksync.RuleController(ksync.Adaptive(), 8)
+    older.set_state(state)
+    assert older.context().memory == {}
