@@ -93,7 +93,8 @@ class Observation:
         slowed worker), seen before the step ends.
       loss: the latest training loss reported to the caller (None: none reported), e.g.
         by `strategies.callbacks.KSyncLossCallback` or the simulator's evaluation; the
-        policies that follow the loss (`AdaSync`) read it, the others ignore it.
+        policies that follow the loss (`AdaSync`, and `Adaptive` to see it stall) read
+        it, the others ignore it.
       noise_scale: the gradient noise scale ``B_simple`` measured by the PS over recent
         rounds (`ksync.noise`; None: not measured, e.g. only one gradient per update).
       batch_sizes: each worker's mean samples per step in the window (None: unknown).

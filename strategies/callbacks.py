@@ -69,7 +69,8 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
 class KSyncLossCallback(keras.callbacks.Callback):
     """Report each epoch's training loss (``logs["loss"]``) to the strategy, through
     `KSyncStrategy.report_loss`, for the policies that follow the loss
-    (`ksync.AdaSync` raises K as it falls).
+    (`ksync.AdaSync` raises K as it falls; `ksync.Adaptive` moves to larger updates
+    when it stops falling).
 
     Under a parameter-server strategy tf_keras fetches the step results from the
     workers only at an epoch's end (per-batch logs are remote values that are never
