@@ -89,6 +89,12 @@ def test_oracle_rows_pick_each_rules_best_grid_value_and_ratios_pair_by_seed():
     # All grid values missing: the lowest final loss decides.
     tie = runs("BSP", [1.0]) + runs("KSync(k=2)", [None], 0.4) + runs("KSync(k=4)", [None], 0.3)
     assert oracle_choices(tie, arms) == {"ksync": "KSync(k=4)"}
+    # One value (tuned beforehand, `--arms ksync=4`): it is the tuned one, and the table
+    # does not repeat its row.
+    one = bench_arms(["bsp", "ksync"], 8, tuned={"ksync": 4})
+    assert oracle_choices(results, one) == {"ksync": "KSync(k=4)"}
+    text, data = bench_table(results, one)
+    assert "oracle-tuned" not in text and data["oracle"] == {"ksync": "KSync(k=4)"}
 
 
 TINY = """

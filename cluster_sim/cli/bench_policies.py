@@ -14,7 +14,8 @@ they switch at), plus ``bsp`` and ``asp``, and the rules that set themselves:
 ``adaptive+alloc`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
 fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
 tunes each grid in the simulator on the same scenario (with the framework costs measured
-here) and runs only the tuned value for real.
+here) and runs only the tuned value for real; a rule run at one value (that, or
+``--arms kasync=4``) counts as tuned at it (`bench standing` compares against it).
 
 Step times like an accelerator's: first the framework cost per step is measured on this
 machine (the probe of `cluster_sim.cli.calibrate`: 8 workers, no injected delay, ASP and
@@ -248,8 +249,9 @@ def _tta_key(results, label):
 
 
 def oracle_choices(results, arms) -> dict:
-    """Per fixed rule with more than one grid value among ``arms``: the label of its
-    best value (lowest median time to target over seeds, then lowest final loss).
+    """Per fixed rule among ``arms``: the label of its best grid value (lowest median
+    time to target over seeds, then lowest final loss); a rule run at one value (tuned
+    beforehand: ``--arms kasync=4``, ``--grid-from-sim``) is tuned at that value.
 
     >>> runs = [{"policy": "KSync(k=2)", "seed": 0, "tta_s": 9.0},
     ...         {"policy": "KSync(k=4)", "seed": 0, "tta_s": 7.0}]
@@ -259,7 +261,7 @@ def oracle_choices(results, arms) -> dict:
     choices = {}
     for name in dict.fromkeys(a.family for a in arms):
         labels = [a.arm.label for a in arms if a.family == name]
-        if name in FAMILIES and len(labels) > 1:
+        if name in FAMILIES:
             ran = [label for label in labels if _per_seed(results, label)]
             if ran:
                 choices[name] = min(ran, key=lambda label: _tta_key(results, label))
@@ -297,6 +299,8 @@ def bench_table(results, arms, title="") -> tuple[str, dict]:
     rows = [arm_row(results, label) for label in labels]
     oracle = oracle_choices(results, arms)
     for name, label in oracle.items():
+        if sum(a.family == name for a in arms) == 1:
+            continue  # run at one value: its own row is the tuned one
         family = FAMILIES[name].label.split("(")[0]
         rows.append(dict(arm_row(results, label), arm=f"{family} oracle-tuned = {label}",
                          oracle=name))
