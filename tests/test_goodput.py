@@ -306,7 +306,8 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
                       "oracle": oracle}})
 
     per_seed = {"BSP": [10.0, 11.0, 12.0], "KAsync(k=2)": [5.0, 6.0, None],
-                "KAsync(k=4)": [4.0, 5.0, 4.5], "Adaptive": [2.0, 5.5, 4.4]}
+                "KAsync(k=4)": [4.0, 5.0, 4.5], "Adaptive": [2.0, 5.5, 4.4],
+                "BSP+alloc(last)": [8.0, 9.0, 10.0]}   # LB-BSP: no grid, but a "("
     for name in ("static_sim8", "trace_sim8"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(
@@ -321,6 +322,7 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
     assert result["geomean"]["Adaptive"] == pytest.approx(4.4)
     assert "KAsync(k=2)" not in result["geomean"]        # an untuned grid value
     assert result["geomean"]["kasync (tuned)"] == pytest.approx(4.5)
+    assert result["geomean"]["BSP+alloc(last)"] == pytest.approx(9.0)
     text = standing.format_standing(result, "Adaptive")
     assert "| static_sim8 | KAsync(k=4) |" in text
     # A later directory's re-run of one arm replaces that arm only.

@@ -77,8 +77,9 @@ def standing(rows: dict, oracle: dict, arm: str) -> dict:
         scenarios[name] = entry
         # One column per arm family: a tuned family under its family name.
         tuned = {label: family for family, label in oracle.get(name, {}).items()}
+        grids = {label.split("(")[0] for label in tuned}
         for label, times in by_label.items():
-            if "(" in label and label not in tuned:
+            if label not in tuned and label.split("(")[0] in grids:
                 continue  # a grid value that is not this scenario's tuned one
             key = f"{tuned[label]} (tuned)" if label in tuned else label
             columns.setdefault(key, {})[name] = _median(times)
