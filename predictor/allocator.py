@@ -23,7 +23,8 @@ __all__ = ["BatchAllocator", "AllocatorFallbackWarning"]
 
 
 class AllocatorFallbackWarning(UserWarning):
-    """Speeds were unusable (NaN, inf, zero or negative): equal sizes were used."""
+    """Speeds were unusable (NaN, inf, zero or negative): `BatchAllocator` used equal
+    sizes; `predictor.AllocationSchedule` a worker's last usable speed."""
 
 
 def _water_fill(speeds: np.ndarray, total: float, lo: float, hi: float) -> np.ndarray:
