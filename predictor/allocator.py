@@ -23,8 +23,7 @@ __all__ = ["BatchAllocator", "AllocatorFallbackWarning"]
 
 
 class AllocatorFallbackWarning(UserWarning):
-    """Speeds were unusable (NaN, inf, zero or negative): `BatchAllocator` used equal
-    sizes; `predictor.AllocationSchedule` a worker's last usable speed."""
+    """Speeds were unusable (NaN, inf, zero or negative): equal sizes were used."""
 
 
 def _water_fill(speeds: np.ndarray, total: float, lo: float, hi: float) -> np.ndarray:

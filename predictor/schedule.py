@@ -20,17 +20,12 @@ Example:
 [32, 32, 32]
 >>> schedule.observe(version=20, speeds=[300.0, 300.0, 100.0])
 [41, 41, 14]
->>> import warnings
->>> with warnings.catch_warnings(action="ignore"):  # worker 2 paused: warns
-...     schedule.observe(version=40, speeds=[300.0, 150.0, None])
-[52, 26, 18]
 """
 
-import warnings
+import math
 
 import numpy as np
 
-from .allocator import AllocatorFallbackWarning
 from .step_cost import StepCostEstimate
 
 MODES = ("static", "last", "forecast", "deadline")
@@ -97,12 +92,9 @@ class AllocationSchedule:
         """Measured samples/s per worker over the last window (None or NaN where a
         worker has no measurement); returns new sizes, or None to keep the current.
 
-        After profiling, a worker without a usable speed this window (None, NaN, inf,
-        zero, negative: paused, departed, or a glitch) is allocated on its last usable
-        measured speed, with an `AllocatorFallbackWarning`, and the others on theirs:
-        while one worker is out the rest stay balanced, and it gets its old share back
-        when it returns (the module's example).
-        """
+        After profiling, a window with any unusable speed (None, NaN, inf, zero,
+        negative) gives equal sizes with an `AllocatorFallbackWarning`; the next
+        window with sane speeds for every worker allocates again."""
         measured = np.array([np.nan if s is None else float(s) for s in speeds])
         profiled = len(self.history) > 1
         if self.mode == "static" and profiled:
@@ -110,45 +102,29 @@ class AllocationSchedule:
         usable = np.isfinite(measured) & (measured > 0)
         if not profiled and not usable.all():
             return None  # keep profiling until every worker has been measured
-        stage = "allocate" if profiled else "first allocation from profile"
-        carried = np.flatnonzero(~usable).tolist()
-        speeds_now = measured.copy()
-        if carried:
-            speeds_now[carried] = self._last_usable(carried)
-            stage += f" (last usable speed carried for workers {carried})"
-            warnings.warn(
-                f"workers {carried} measured no usable speed in the window before version "
-                f"{version} ({measured[carried].tolist()}: paused, departed or a glitch); "
-                "allocating with their last usable speeds", AllocatorFallbackWarning,
-                stacklevel=2)
         forecast = None
-        target = speeds_now
-        if self.mode == "forecast":
-            self.forecaster.update(speeds_now.reshape(-1, 1))
-            forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
-            target = forecast
+        target = measured
+        if not usable.all():
+            # A glitch or a worker that stopped reporting: no forecast is trustworthy
+            # (and the forecaster is not fed the garbage); the allocator warns and
+            # falls back to equal sizes until every worker reports sane speeds again.
+            stage = "fallback: unusable speeds"
+        else:
+            stage = "allocate" if profiled else "first allocation from profile"
+            if self.mode == "forecast":
+                self.forecaster.update(measured.reshape(-1, 1))
+                forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
+                target = forecast
         if self.mode == "deadline":
             sizes = self.allocator.deadline_sizes(target)
         else:
             sizes = self.allocator.allocate(target)
         self.history.append({
             "version": int(version), "stage": stage,
-            "measured": [None if not u else float(m) for m, u in zip(measured, usable)],
+            "measured": [None if not math.isfinite(m) else float(m) for m in measured],
             "forecast": None if forecast is None else [float(f) for f in forecast],
             "step_cost_s": None if self.step_cost is None else self.step_cost.cost,
             "sizes": list(sizes)})
         changed = sizes != self.sizes
         self.sizes = list(sizes)
         return list(sizes) if changed else None
-
-    def _last_usable(self, workers) -> list:
-        """Each of ``workers``' last usable measured speed in the history (profiling
-        measures every worker, so there is one)."""
-        found = {}
-        for entry in reversed(self.history):
-            for w in workers:
-                if w not in found and entry["measured"] and entry["measured"][w] is not None:
-                    found[w] = entry["measured"][w]
-            if len(found) == len(workers):
-                break
-        return [found[w] for w in workers]
