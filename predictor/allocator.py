@@ -74,7 +74,10 @@ def _usable(speeds: np.ndarray) -> bool:
     zero or negative speeds."""
     if np.all(np.isfinite(speeds)) and np.all(speeds > 0):
         return True
-    warnings.warn(f"unusable speeds {speeds.tolist()} (NaN, inf, zero or negative); "
+    bad = np.flatnonzero(~(np.isfinite(speeds) & (speeds > 0))).tolist()
+    # The workers, not their values, in the text: Python's default filter then shows it
+    # once per set of workers instead of in every window of a long pause.
+    warnings.warn(f"unusable speeds (NaN, inf, zero or negative) for workers {bad}: "
                   "falling back to equal batch sizes", AllocatorFallbackWarning, stacklevel=3)
     return False
 

@@ -105,7 +105,7 @@ def test_bad_speeds_fall_back_to_equal_sizes_then_recover(case, bad, data):
     i = data.draw(st.integers(0, len(speeds) - 1))
     broken = list(speeds)
     broken[i] = bad
-    with pytest.warns(AllocatorFallbackWarning):
+    with pytest.warns(AllocatorFallbackWarning, match=rf"workers \[{i}\]"):
         sizes = alloc.allocate(broken)
     assert sum(sizes) == total and max(sizes) - min(sizes) <= 1
     with warnings.catch_warnings():
