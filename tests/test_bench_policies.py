@@ -153,6 +153,20 @@ def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsy
         assert pushes[0] == 0 and all(b - a <= max(4, 0.01 * b) + 1 for a, b in
                                       zip(pushes, pushes[1:]))
         assert run["max_eval_gap"] is None or math.isfinite(run["max_eval_gap"])
+    # The screen's tuned value, over more seeds: only that grid value runs.
+    tuned = tmp_path / "tuned"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--arms", "asp,ksync", "--seeds", "3", "--workers", "4",
+                 "--tuned-from", str(out), "--out", str(tuned)]) == 0
+    rows = next(iter(json.loads((tuned / "results.json").read_text())["scenarios"]
+                     .values()))["rows"]
+    assert [r["arm"] for r in rows] == ["BSP", "ASP", table["oracle"]["ksync"]]
+    assert all(r["seeds"] == 3 for r in rows)
+    capsys.readouterr()
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--arms", "ksync", "--workers", "8", "--tuned-from",
+                 str(out), "--out", str(tmp_path / "no")]) == 2
+    assert "tiny.toml on 8 workers (it has" in capsys.readouterr().err
 
 
 def test_real_runs_get_the_simulator_beside_them(tiny):

@@ -14,8 +14,11 @@ they switch at), plus ``bsp`` and ``asp``, and the rules that set themselves:
 ``adaptive+alloc`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
 fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
 tunes each grid in the simulator on the same scenario (with the framework costs measured
-here) and runs only the tuned value for real; a rule run at one value (that, or
-``--arms kasync=4``) counts as tuned at it (`bench standing` compares against it).
+here) and runs only the tuned value for real; ``--tuned-from DIR`` takes each rule's
+tuned value from an earlier matrix (its ``--out``) of the same scenarios and worker
+counts, so a screen of every grid over a few seeds can be followed by the tuned values
+over many; a rule run at one value (those, or ``--arms kasync=4``) counts as tuned at
+it (`bench standing` compares against it).
 
 Step times like an accelerator's: first the framework cost per step is measured on this
 machine (the probe of `cluster_sim.cli.calibrate`: 8 workers, no injected delay, ASP and
@@ -41,6 +44,8 @@ python -m cluster_sim bench policies --scenario static,trace --seeds 3 --out run
 python -m cluster_sim bench policies --scenario static --arms bsp,asp,ksync --grid-from-sim
 python -m cluster_sim bench policies --simulate --workers 8,64,256 --seeds 10 \\
     --costs runs/bench/results.json --out runs/bench_sim
+python -m cluster_sim bench policies --simulate --seeds 10 --tuned-from runs/bench_sim \
+    --costs runs/bench/results.json --out runs/bench_sim_tuned
 ```
 
 From Python (the demo's short version): `run_matrix` with a few arms (`bench_arms`) and a
@@ -186,6 +191,42 @@ def bench_arms(families, num_workers: int, tuned: dict | None = None) -> list[Be
         out += [BenchArm(name, Arm(family.label.format(v), family.spec.format(v)), v)
                 for v in values]
     return out
+
+
+def tuned_from(directory, scenario: str, num_workers: int, families, real=False) -> dict:
+    """The grid value of each fixed rule in ``families`` that an earlier `bench policies`
+    matrix (its ``--out`` directory) found best on ``scenario`` with ``num_workers``
+    workers: a screen of every grid value over a few seeds, then only the tuned values
+    over many. For ``real`` runs an earlier real matrix of the scenario also serves.
+    ValueError names what is missing and how to make it.
+
+    >>> import json, pathlib, tempfile
+    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (out / "results.json").write_text(json.dumps({"scenarios": {"static@8": {
+    ...     "oracle": {"kasync": "KAsync(k=4)", "ssp": "SSP(s=2)"}}}}))
+    >>> tuned_from(out, "static", 8, ["bsp", "kasync", "adaptive"])
+    {'kasync': 4}
+    """
+    path = pathlib.Path(directory) / "results.json"
+    try:
+        scenarios = json.loads(path.read_text())["scenarios"]
+    except (OSError, KeyError, json.JSONDecodeError) as err:
+        raise ValueError(f"--tuned-from {str(directory)!r}: no bench results there ({err}); "
+                         "give the --out directory of an earlier `bench policies` run") from None
+    entry = scenarios.get(f"{scenario}@{num_workers}") or (
+        scenarios.get(scenario) if real else None)
+    if entry is None:
+        raise ValueError(f"--tuned-from {str(directory)!r} has no {scenario} on "
+                         f"{num_workers} workers (it has {', '.join(scenarios)}); screen "
+                         "the grids there first, e.g. --arms all --seeds 3")
+    labels = {a.arm.label: a.value for a in bench_arms(families, num_workers)}
+    oracle = entry.get("oracle") or {}
+    missing = [f for f in families if f in FAMILIES and oracle.get(f) not in labels]
+    if missing:
+        raise ValueError(f"--tuned-from {str(directory)!r}: no tuned value of "
+                         f"{', '.join(missing)} on {scenario} with {num_workers} workers; "
+                         "screen their grids there (--arms including them)")
+    return {f: labels[oracle[f]] for f in families if f in FAMILIES}
 
 
 def check_arms(arms, num_workers: int) -> None:
@@ -596,6 +637,9 @@ def run(args) -> int:
             raise ValueError("need --scenario, --seeds >= 1 and --workers >= 1")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+        if args.tuned_from and args.grid_from_sim:
+            raise ValueError("--tuned-from and --grid-from-sim both choose the grid values; "
+                             "give one")
         if args.compute_before_read and not args.simulate:
             raise ValueError("--compute-before-read changes the simulator only (the real "
                              "harness's step reads the parameters as it starts); add "
@@ -608,9 +652,13 @@ def run(args) -> int:
                      "gate_latency_s": 0.0, "framework_step_s": 0.0}
         else:
             costs = None
-        for scenario in scenarios.values():
+        tuned = {}  # (scenario, workers): grid values, from --tuned-from and --arms
+        for name, scenario in scenarios.items():
             for n in (workers if args.simulate else [scenario.num_workers]):
-                check_arms(bench_arms(families, n, pinned), n)
+                tuned[name, n] = {**(tuned_from(args.tuned_from, name, n, families,
+                                                real=not args.simulate)
+                                     if args.tuned_from else {}), **pinned}
+                check_arms(bench_arms(families, n, tuned[name, n]), n)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -637,7 +685,7 @@ def run(args) -> int:
             run_config = _run_config(scenario, args)
             data = load_data(scenario)
             for n in workers:
-                arms = bench_arms(families, n, pinned)
+                arms = bench_arms(families, n, tuned[name, n])
                 config = _sim_config(costs, scenario, run_config, data, n)
                 if args.compute_before_read:
                     # An input-bound step: the parameters are read after the compute.
@@ -686,11 +734,11 @@ def run(args) -> int:
                 except ValueError as err:
                     print(f"error: {err}", file=sys.stderr)
                     return 2
-                tuned = (_tune_in_sim(bench_arms(families, scenario.num_workers, pinned),
-                                      scenario, run_config, costs, data, args.sim_seeds,
-                                      log, args.jobs)
-                         if args.grid_from_sim else pinned or None)
-                arms = bench_arms(families, scenario.num_workers, tuned)
+                chosen = (_tune_in_sim(bench_arms(families, scenario.num_workers, pinned),
+                                       scenario, run_config, costs, data, args.sim_seeds,
+                                       log, args.jobs)
+                          if args.grid_from_sim else tuned[name, scenario.num_workers])
+                arms = bench_arms(families, scenario.num_workers, chosen)
                 todo = [a for s in range(args.seeds) for a in arms
                         if store.get(a.arm.label, s) is None]
                 estimate = _estimate_s(todo, scenario, run_config, costs, data, args.jobs)
@@ -708,7 +756,7 @@ def run(args) -> int:
             missing = len(arms) * args.seeds - len(results)
             title = f"{scenario.name}, real, {scenario.num_workers} workers"
             text, data_ = _write(out, name, results, arms, scenario, meta,
-                                 {"costs": costs, "us_per_sample": us, "tuned_in_sim": tuned},
+                                 {"costs": costs, "us_per_sample": us, "tuned_in_sim": chosen},
                                  title)
             # Where speeds move, step time minus the compute at the t=0 speeds would
             # count the slowdowns as framework cost.
@@ -720,9 +768,10 @@ def run(args) -> int:
                          f"workers' step time minus their injected compute, speeds at "
                          f"t=0): {1e3 * in_runs:.1f} ms; the injected "
                          f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
-            if tuned:
-                how = "tuned in the simulator" if args.grid_from_sim else "pinned by --arms"
-                text += f"\n\nGrid values {how}: {tuned}"
+            if chosen:
+                how = ("tuned in the simulator" if args.grid_from_sim else
+                       f"tuned in {args.tuned_from}" if args.tuned_from else "pinned by --arms")
+                text += f"\n\nGrid values {how}: {chosen}"
             if missing:
                 text += (f"\n\nIncomplete: {missing} of {len(arms) * args.seeds} runs not "
                          f"made yet (--stop-after); the same command resumes them from "
@@ -734,7 +783,7 @@ def run(args) -> int:
                 text += "\n\n" + calibration
                 (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
             sections.append(text)
-            summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=tuned)
+            summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=chosen)
             log("\n" + text + "\n")
     from cluster_sim.report.writer import json_safe
     (out / "results.json").write_text(json.dumps(json_safe(summary), indent=2, default=str))
@@ -804,6 +853,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid-from-sim", action="store_true",
                         help="tune each fixed rule's grid in the simulator on the same "
                              "scenario, then run only the tuned value for real")
+    parser.add_argument("--tuned-from", default=None, metavar="DIR",
+                        help="run each fixed rule only at the grid value an earlier "
+                             "matrix (its --out DIR, e.g. a 3-seed screen of every grid) "
+                             "found best on the same scenario and worker count")
     parser.add_argument("--sim-seeds", type=int, default=3,
                         help="seeds of the --grid-from-sim tuning (default 3)")
     parser.add_argument("--costs", default="probe",
