@@ -72,9 +72,10 @@ def _round_preserving_sum(target: np.ndarray, total: int, lo: int, hi: int) -> n
 def _usable(speeds: np.ndarray) -> bool:
     """False, with an `AllocatorFallbackWarning` (equal sizes follow), for NaN, inf,
     zero or negative speeds."""
-    if np.all(np.isfinite(speeds)) and np.all(speeds > 0):
+    usable = np.isfinite(speeds) & (speeds > 0)
+    if usable.all():
         return True
-    bad = np.flatnonzero(~(np.isfinite(speeds) & (speeds > 0))).tolist()
+    bad = np.flatnonzero(~usable).tolist()
     # The workers, not their values, in the text: Python's default filter then shows it
     # once per set of workers instead of in every window of a long pause.
     warnings.warn(f"unusable speeds (NaN, inf, zero or negative) for workers {bad}: "

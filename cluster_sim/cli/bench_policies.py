@@ -44,7 +44,7 @@ python -m cluster_sim bench policies --scenario static,trace --seeds 3 --out run
 python -m cluster_sim bench policies --scenario static --arms bsp,asp,ksync --grid-from-sim
 python -m cluster_sim bench policies --simulate --workers 8,64,256 --seeds 10 \\
     --costs runs/bench/results.json --out runs/bench_sim
-python -m cluster_sim bench policies --simulate --seeds 10 --tuned-from runs/bench_sim \
+python -m cluster_sim bench policies --simulate --seeds 10 --tuned-from runs/bench_sim \\
     --costs runs/bench/results.json --out runs/bench_sim_tuned
 ```
 
@@ -498,6 +498,15 @@ def _simulate_in_processes(todo, sim_config, data, run_config, jobs):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _grid_note(args, values) -> str:
+    """The table's line saying where its single grid values came from ("" for none)."""
+    if not values:
+        return ""
+    how = ("tuned in the simulator" if args.grid_from_sim else
+           f"tuned in {args.tuned_from}" if args.tuned_from else "pinned by --arms")
+    return f"\n\nGrid values {how}: {values}"
+
+
 def _scenario_name(name: str) -> str:
     """``static`` means the benchmark's ``bench/static`` when there is one."""
     from cluster_sim.scenarios import bench_names
@@ -701,6 +710,7 @@ def run(args) -> int:
                 title = f"simulated {scenario.name}, {n} workers"
                 text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
                                      meta, {"costs": costs, "us_per_sample": us}, title)
+                text += _grid_note(args, tuned[name, n])
                 sections.append(text)
                 summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us)
                 log("\n" + text + "\n")
@@ -737,7 +747,7 @@ def run(args) -> int:
                 chosen = (_tune_in_sim(bench_arms(families, scenario.num_workers, pinned),
                                        scenario, run_config, costs, data, args.sim_seeds,
                                        log, args.jobs)
-                          if args.grid_from_sim else tuned[name, scenario.num_workers])
+                          if args.grid_from_sim else tuned[name, scenario.num_workers] or None)
                 arms = bench_arms(families, scenario.num_workers, chosen)
                 todo = [a for s in range(args.seeds) for a in arms
                         if store.get(a.arm.label, s) is None]
@@ -768,10 +778,7 @@ def run(args) -> int:
                          f"workers' step time minus their injected compute, speeds at "
                          f"t=0): {1e3 * in_runs:.1f} ms; the injected "
                          f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
-            if chosen:
-                how = ("tuned in the simulator" if args.grid_from_sim else
-                       f"tuned in {args.tuned_from}" if args.tuned_from else "pinned by --arms")
-                text += f"\n\nGrid values {how}: {chosen}"
+            text += _grid_note(args, chosen)
             if missing:
                 text += (f"\n\nIncomplete: {missing} of {len(arms) * args.seeds} runs not "
                          f"made yet (--stop-after); the same command resumes them from "
