@@ -201,22 +201,24 @@ class Simulation:
         self.record_batches = record_batches
         self.batches = []
         # Per-worker in-flight step.
-        self.read_version = np.zeros(n, np.int64)
+        self.read_version = [0] * n
         self.rows = [None] * n
-        self.step_time = np.zeros(n)
+        self.step_time = [0.0] * n
         self.grads = np.zeros((n, self.model.num_params), self.model.dtype)
         self.requests = []  # workers whose gradient (at the current version) is not computed
         self.requested = np.zeros(n, bool)
         self.waiting = set()  # workers held at the k-sync gate
         self.agg = np.zeros(self.model.num_params, np.float64)
+        self._g64 = np.empty(self.model.num_params, np.float64)  # scratch of one push
         self.agg_samples = 0.0
         self.round_noise = RoundNoise()  # the current round's gradient norms, as the PS's
         self.noise_sums = np.zeros(2)    # cumulative (|G|^2, tr(S)) of committed rounds
         self.ps_free = 0.0
-        # Telemetry, as the PS state keeps it.
-        self.worker_pushes = np.zeros(n, np.int64)
-        self.worker_samples = np.zeros(n)
-        self.worker_time = np.zeros(n)   # sum of iteration times (compute + communication)
+        # Telemetry, as the PS state keeps it; Python lists, as a numpy element update
+        # costs several times a list's once per simulated push.
+        self.worker_pushes = [0] * n
+        self.worker_samples = [0.0] * n
+        self.worker_time = [0.0] * n  # sum of iteration times (compute + communication)
         self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(n)]
         # Each worker's median over ``recent``, recomputed only for the workers that
         # pushed since the last refresh (a few of hundreds).
@@ -310,18 +312,21 @@ class Simulation:
         if s >= len(self.staleness_counts):
             self.staleness_counts += [0] * (s + 1 - len(self.staleness_counts))
         self.staleness_counts[s] += 1
+        step_time = self.step_time[w]
         self.worker_pushes[w] += 1
         self.worker_samples[w] += samples
-        self.worker_time[w] += self.step_time[w]
-        self.recent[w].append(self.step_time[w])
+        self.worker_time[w] += step_time
+        self.recent[w].append(step_time)
         self._pushed_since_refresh.add(w)
         self.step_started[w] = None
         if result.accepted:
             # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
-            g = self.grads[w].astype(np.float64)
-            self.agg += (result.weight * samples) * g
-            self.agg_samples += samples
+            g = self._g64
+            g[:] = self.grads[w]
             self.round_noise.add(float(g @ g), samples)
+            g *= result.weight * samples
+            self.agg += g
+            self.agg_samples += samples
             if self.record_batches:
                 self.batches.append((int(self.read_version[w]), w, self.rows[w].copy(),
                                      result.weight))
@@ -460,12 +465,13 @@ class Simulation:
         (`cluster_sim.harness.run.run_arm`), with ``simulated: True`` and the speed
         model as ``scenario``."""
         s, wall = self.state, float(self.clock.now)
-        samples = float(self.worker_samples.sum())
+        worker_samples = np.asarray(self.worker_samples)
+        samples = float(worker_samples.sum())
         hist = np.asarray(self.staleness_counts, np.int64)
-        busy = self.worker_time
+        busy = np.asarray(self.worker_time)
         # Each worker's stand-alone rate under the same slowdowns: its samples over the
         # time it spent computing and communicating them.
-        standalone = float(np.sum(self.worker_samples[busy > 0] / busy[busy > 0]))
+        standalone = float(np.sum(worker_samples[busy > 0] / busy[busy > 0]))
         rate = samples / wall if wall > 0 else None
         c = self.config
         goal = {"target_loss": c.target_loss, "target_accuracy": c.target_accuracy}
@@ -484,7 +490,7 @@ class Simulation:
             version=s.version, rule=self.rule.describe(),
             k_history=[{"version": v, "k": r.k, "wait": r.wait, "rule": r.describe(),
                         "reason": why} for v, r, why in self.rule_history()],
-            worker_pushes=self.worker_pushes.tolist(),
+            worker_pushes=list(self.worker_pushes),
             worker_step_times=[float(t / p) if p else None
                                for t, p in zip(self.worker_time, self.worker_pushes)],
             batch_sizes=self.sizes_over_time, curve=self.curve,
