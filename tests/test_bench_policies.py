@@ -3,6 +3,7 @@ statistics, and the command end to end in the simulator on a tiny configuration.
 
 import json
 import math
+import time
 
 import pytest
 
@@ -143,7 +144,7 @@ def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsy
     bench_md = (out / "bench.md").read_text()
     assert "TTA/BSP paired [90% CI]" in bench_md and "oracle-tuned" in bench_md
     # Every run is in a per-scenario report (the demo's), with curves and plots.
-    reports = [p for p in out.iterdir() if p.is_dir()]
+    reports = [p for p in out.iterdir() if p.is_dir() and not p.name.endswith("_runs")]
     assert len(reports) == 1 and (reports[0] / "accuracy.png").exists()
     report = json.loads((reports[0] / "results.json").read_text())
     seeds = [run for policy in report["policies"] for run in policy["per_seed"]]
@@ -263,6 +264,38 @@ def test_simulations_in_several_processes_give_the_same_runs_in_matrix_order(tin
         assert [c["loss"] for c in a["curve"]] == pytest.approx([c["loss"] for c in b["curve"]],
                                                                 rel=1e-6)
     assert len(seen) == len(alone) == 2 * len(arms)
+    # A deadline passed: no process starts a run (--stop-after).
+    assert run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config, jobs=2,
+                      deadline=time.monotonic() - 1.0) == []
+
+
+def test_a_simulated_matrix_is_kept_and_resumed_as_a_real_one_is(tmp_path, capsys):
+    from cluster_sim.__main__ import main
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY)
+    out = tmp_path / "out"
+    command = ["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+               str(scenario), "--arms", "asp", "--seeds", "2", "--workers", "4",
+               "--out", str(out)]
+    assert main(command + ["--stop-after", "0"]) == 0
+    assert "Incomplete: 4 of 4 runs not made yet" in (out / "bench.md").read_text()
+
+    def runs():
+        report = json.loads(next(out.glob("*_sim4/results.json")).read_text())
+        return {(r["policy"], r["seed"]): r["sim_run_s"]
+                for p in report["policies"] for r in p["per_seed"]}
+
+    assert main(command) == 0
+    made = runs()
+    assert len(made) == 4 and "Incomplete" not in (out / "bench.md").read_text()
+    capsys.readouterr()
+    assert main(command) == 0  # every run from the store: none made again
+    assert "4 run(s) already in" in capsys.readouterr().out and runs() == made
+    # Other settings are refused, not mixed in; --fresh starts over.
+    assert main(command + ["--max-pushes", "40"]) == 2
+    assert "max_pushes" in capsys.readouterr().err
+    assert main(command + ["--max-pushes", "40", "--fresh"]) == 0
+    assert runs().keys() == made.keys() and runs() != made
 
 
 def test_compute_before_the_read_leaves_only_the_framework_cost_stale(tmp_path, capsys):

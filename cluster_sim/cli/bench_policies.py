@@ -35,7 +35,10 @@ oracle choices), ``OUT/bench.md`` (one table per scenario: median time to target
 90 % bootstrap interval over seeds, the ratio to BSP paired by seed with its interval,
 final loss and accuracy, updates, dropped gradients; BSP's coefficient of variation),
 and per scenario (and worker count) a report directory with every run, curves and plots
-(`cluster_sim.report.write_report`).
+(`cluster_sim.report.write_report`). Each finished run is kept as it ends
+(``OUT/SCENARIO_runs``, simulated ``OUT/SCENARIO_simN_runs``; `cluster_sim.cli.run_store`):
+a matrix stopped by ``--stop-after``, Ctrl-C or the end of a session resumes with the
+same command, and ``--fresh`` starts it over.
 
 Example:
 
@@ -428,7 +431,8 @@ def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=No
         else:
             todo.append((seed, a))
     if sim_config is not None and jobs > 1 and len(todo) > 1:
-        for (seed, a), r in _simulate_in_processes(todo, sim_config, data, run_config, jobs):
+        for (seed, a), r in _simulate_in_processes(todo, sim_config, data, run_config, jobs,
+                                                   deadline):
             finish(seed, a, r)
         todo = []
     for seed, a in todo:
@@ -480,22 +484,54 @@ def _simulate_in_process(arm, sim_config, run_config):
     return simulate_arm(arm, sim_config, _PROCESS_DATA, run_config)
 
 
-def _simulate_in_processes(todo, sim_config, data, run_config, jobs):
+def _simulate_in_processes(todo, sim_config, data, run_config, jobs, deadline=None):
     """``((seed, bench arm), result)`` for each of ``todo`` as its simulation ends, run
-    in ``jobs`` fresh (spawned, so no TensorFlow state is inherited) processes."""
+    in ``jobs`` fresh (spawned, so no TensorFlow state is inherited) processes; none
+    starts after ``deadline`` (`time.monotonic`), the ones under way finish."""
     import concurrent.futures
     import multiprocessing
     pool = concurrent.futures.ProcessPoolExecutor(
         jobs, mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_sim_process, initargs=(data, os.getpid()))
+    queue = iter(todo)
+    running = {}
+
+    def submit():
+        # At most ``jobs`` under way, so a deadline stops the rest from starting.
+        item = next(queue, None) if deadline is None or time.monotonic() < deadline else None
+        if item is not None:
+            seed, a = item
+            running[pool.submit(_simulate_in_process, a.arm,
+                                dataclasses.replace(sim_config, seed=seed), run_config)] = item
+
     try:
-        futures = {pool.submit(_simulate_in_process, a.arm,
-                               dataclasses.replace(sim_config, seed=seed), run_config):
-                   (seed, a) for seed, a in todo}
-        for future in concurrent.futures.as_completed(futures):
-            yield futures[future], future.result()
+        for _ in range(jobs):
+            submit()
+        while running:
+            finished, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                key = running.pop(future)
+                submit()
+                yield key, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _incomplete(missing, total, store_dir, log) -> str:
+    """The table's line saying how many of its runs are still to make ("" for none)."""
+    if not missing:
+        return ""
+    log(f"stopped with {missing} run(s) to go; run the same command to resume")
+    return (f"\n\nIncomplete: {missing} of {total} runs not made yet (--stop-after); the "
+            f"same command resumes them from {store_dir}.")
+
+
+def _sim_settings(config) -> dict:
+    """The simulator's settings a stored simulated run was made with (its scenario is
+    in the conditions already, its seed in the run)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.name not in ("scenario", "seed")}
 
 
 def _grid_note(args, values) -> str:
@@ -628,6 +664,8 @@ def _estimate_s(runs, scenario, run_config, costs, data, jobs=1) -> float:
 
 def _write(out, scenario_key, results, arms, scenario, meta, extra, title):
     from cluster_sim.report import write_report
+    if not results:  # stopped (--stop-after) before this scenario's first run
+        return f"### {title}\n\nNo run made yet.", {}
     text, data = bench_table(results, arms, title=title)
     write_report(out / scenario_key.replace("/", "_"), results, title=title,
                  scenario=scenario, meta=meta, extra={"bench": data}, sections=[text])
@@ -686,6 +724,9 @@ def run(args) -> int:
         from cluster_sim.local_cluster import LocalCluster
         with LocalCluster(num_workers=first.num_workers) as cluster:
             costs = _probe_costs(cluster, first, args.probe_repeats, log)
+    from cluster_sim.cli.run_store import RunStore, saved_conditions
+    deadline = (time.monotonic() + 60.0 * args.stop_after
+                if args.stop_after is not None else None)
     if args.simulate:
         summary["costs"] = costs
         for name, scenario in scenarios.items():
@@ -699,27 +740,38 @@ def run(args) -> int:
                 if args.compute_before_read:
                     # An input-bound step: the parameters are read after the compute.
                     config = dataclasses.replace(config, input_before_read=True)
+                store_dir = out / f"{name.replace('/', '_')}_sim{n}_runs"
+                try:
+                    store = RunStore(store_dir, dict(_conditions(scenario, us, run_config, costs),
+                                                     simulator=_sim_settings(config)),
+                                     fresh=args.fresh)
+                except ValueError as err:
+                    print(f"error: {err}", file=sys.stderr)
+                    return 2
+                total = len(arms) * args.seeds
+                held = sum(store.get(a.arm.label, s) is not None
+                           for s in range(args.seeds) for a in arms)
                 log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
                     f"{args.seeds} seed(s)"
-                    + (", compute before the read" if args.compute_before_read else ""))
-                results = _with_bar(len(arms) * args.seeds, f"{name} n={n}",
+                    + (", compute before the read" if args.compute_before_read else "")
+                    + (f"; {held} run(s) already in {store_dir}" if held else ""))
+                results = _with_bar(total, f"{name} n={n}",
                                     lambda bar: run_matrix(
                                         arms, scenario, args.seeds, run_config,
                                         sim_config=config, data=data, jobs=args.jobs,
-                                        on_result=lambda r: bar.update(1)))
+                                        on_result=lambda r: bar.update(1), store=store,
+                                        deadline=deadline))
                 title = f"simulated {scenario.name}, {n} workers"
                 text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
                                      meta, {"costs": costs, "us_per_sample": us}, title)
                 text += _grid_note(args, tuned[name, n])
+                text += _incomplete(total - len(results), total, store_dir, log)
                 sections.append(text)
                 summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us)
                 log("\n" + text + "\n")
     else:
         from cluster_sim.local_cluster import LocalCluster
         from cluster_sim.harness.progress import TargetBar
-        from cluster_sim.cli.run_store import RunStore, saved_conditions
-        deadline = (time.monotonic() + 60.0 * args.stop_after
-                    if args.stop_after is not None else None)
         for name, scenario in scenarios.items():
             store_dir = out / f"{name.replace('/', '_')}_runs"
             try:
@@ -779,11 +831,7 @@ def run(args) -> int:
                          f"t=0): {1e3 * in_runs:.1f} ms; the injected "
                          f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
             text += _grid_note(args, chosen)
-            if missing:
-                text += (f"\n\nIncomplete: {missing} of {len(arms) * args.seeds} runs not "
-                         f"made yet (--stop-after); the same command resumes them from "
-                         f"{store_dir}.")
-                log(f"stopped with {missing} run(s) to go; run the same command to resume")
+            text += _incomplete(missing, len(arms) * args.seeds, store_dir, log)
             if results and not args.no_calibration:
                 calibration = _calibration(results, arms, scenario, run_config, costs, data,
                                            args.jobs)
@@ -891,11 +939,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds of training per run at most (default: the scenario's)")
     parser.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
-                        help="real runs: start no run after this many minutes; finished "
-                             "runs are kept in OUT/SCENARIO_runs and the same command "
-                             "resumes the matrix (also after Ctrl-C)")
+                        help="start no run after this many minutes; finished runs are kept "
+                             "in OUT/SCENARIO_runs (simulated: OUT/SCENARIO_simN_runs) and "
+                             "the same command resumes the matrix (also after Ctrl-C)")
     parser.add_argument("--fresh", action="store_true",
-                        help="real runs: discard the runs an earlier command left in OUT")
+                        help="discard the runs an earlier command left in OUT (e.g. after "
+                             "changing the simulator: a stored run is taken as it is)")
     parser.add_argument("--no-calibration", action="store_true",
                         help="real runs: skip simulating the same arms beside them")
     parser.add_argument("--traces", default=None, help="trace directory for trace scenarios")
