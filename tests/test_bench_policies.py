@@ -286,16 +286,22 @@ def test_a_simulated_matrix_is_kept_and_resumed_as_a_real_one_is(tmp_path, capsy
                 for p in report["policies"] for r in p["per_seed"]}
 
     assert main(command) == 0
-    made = runs()
-    assert len(made) == 4 and "Incomplete" not in (out / "bench.md").read_text()
+    made, table = runs(), (out / "bench.md").read_text()
+    assert len(made) == 4 and "Incomplete" not in table
     capsys.readouterr()
     assert main(command) == 0  # every run from the store: none made again
     assert "4 run(s) already in" in capsys.readouterr().out and runs() == made
+    assert (out / "bench.md").read_text() == table
+    # A probed matrix resumes with the costs its runs were made with.
+    from cluster_sim.cli.bench_policies import _stored_sim_costs
+    assert _stored_sim_costs(out) == dict(ZERO_COSTS, framework_step_s=0.0)  # --costs none
+    assert _stored_sim_costs(tmp_path) is None
     # Other settings are refused, not mixed in; --fresh starts over.
     assert main(command + ["--max-pushes", "40"]) == 2
     assert "max_pushes" in capsys.readouterr().err
     assert main(command + ["--max-pushes", "40", "--fresh"]) == 0
-    assert runs().keys() == made.keys() and runs() != made
+    report = json.loads(next(out.glob("*_sim4/results.json")).read_text())
+    assert {r["pushed"] for p in report["policies"] for r in p["per_seed"]} == {40}
 
 
 def test_compute_before_the_read_leaves_only_the_framework_cost_stale(tmp_path, capsys):

@@ -512,8 +512,9 @@ def _simulate_in_processes(todo, sim_config, data, run_config, jobs, deadline=No
                 running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in finished:
                 key = running.pop(future)
+                result = future.result()  # a failed run starts no other
                 submit()
-                yield key, future.result()
+                yield key, result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -527,11 +528,28 @@ def _incomplete(missing, total, store_dir, log) -> str:
             f"same command resumes them from {store_dir}.")
 
 
-def _sim_settings(config) -> dict:
-    """The simulator's settings a stored simulated run was made with (its scenario is
-    in the conditions already, its seed in the run)."""
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if f.name not in ("scenario", "seed")}
+def _sim_conditions(scenario, us_per_sample, run_config, costs, config) -> dict:
+    """What a simulated run's result depends on besides its arm and seed: those of a
+    real run, the simulator's settings, and a digest of the whole scenario (its
+    summary shows the speeds at the start only, not a trace's later points)."""
+    import hashlib
+    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                if f.name not in ("scenario", "seed")}
+    return dict(_conditions(scenario, us_per_sample, run_config, costs), simulator=settings,
+                scenario_digest=hashlib.sha256(repr(scenario).encode()).hexdigest()[:16])
+
+
+def _stored_sim_costs(out) -> dict | None:
+    """The framework costs of the simulated runs kept under ``out`` (None: none kept)."""
+    from cluster_sim.cli.run_store import saved_conditions
+    for store_dir in sorted(pathlib.Path(out).glob("*_sim*_runs")):
+        try:
+            conditions = saved_conditions(store_dir)
+        except ValueError:
+            continue  # RunStore names the problem when the matrix reaches this store
+        if conditions is not None:
+            return dict(conditions["costs"])
+    return None
 
 
 def _grid_note(args, values) -> str:
@@ -665,6 +683,8 @@ def _estimate_s(runs, scenario, run_config, costs, data, jobs=1) -> float:
 def _write(out, scenario_key, results, arms, scenario, meta, extra, title):
     from cluster_sim.report import write_report
     if not results:  # stopped (--stop-after) before this scenario's first run
+        import shutil  # an earlier report there would be read as this matrix's
+        shutil.rmtree(out / scenario_key.replace("/", "_"), ignore_errors=True)
         return f"### {title}\n\nNo run made yet.", {}
     text, data = bench_table(results, arms, title=title)
     write_report(out / scenario_key.replace("/", "_"), results, title=title,
@@ -719,56 +739,67 @@ def run(args) -> int:
     if not args.simulate or costs is None:
         from cluster_sim.netns import isolate_loopback
         isolate_loopback()
+    from cluster_sim.cli.run_store import RunStore, saved_conditions
     first = next(iter(scenarios.values()))
     if costs is None and args.simulate:
-        from cluster_sim.local_cluster import LocalCluster
-        with LocalCluster(num_workers=first.num_workers) as cluster:
-            costs = _probe_costs(cluster, first, args.probe_repeats, log)
-    from cluster_sim.cli.run_store import RunStore, saved_conditions
+        kept = None if args.fresh else _stored_sim_costs(out)
+        if kept is not None:
+            costs = kept  # the costs its runs were made with, as a real matrix resumes
+            log(f"resuming the simulated runs in {out} (with their framework costs)")
+        else:
+            from cluster_sim.local_cluster import LocalCluster
+            with LocalCluster(num_workers=first.num_workers) as cluster:
+                costs = _probe_costs(cluster, first, args.probe_repeats, log)
     deadline = (time.monotonic() + 60.0 * args.stop_after
                 if args.stop_after is not None else None)
     if args.simulate:
         summary["costs"] = costs
+        plan = []
+        # Every store is opened before the first run: a store made under other settings
+        # is refused before hours of the other scenarios, not after.
         for name, scenario in scenarios.items():
             us = _us_per_sample(scenario, costs, args, log)
             scenario = load_bench_scenario(name, args, us)
             run_config = _run_config(scenario, args)
             data = load_data(scenario)
             for n in workers:
-                arms = bench_arms(families, n, tuned[name, n])
                 config = _sim_config(costs, scenario, run_config, data, n)
                 if args.compute_before_read:
                     # An input-bound step: the parameters are read after the compute.
                     config = dataclasses.replace(config, input_before_read=True)
                 store_dir = out / f"{name.replace('/', '_')}_sim{n}_runs"
                 try:
-                    store = RunStore(store_dir, dict(_conditions(scenario, us, run_config, costs),
-                                                     simulator=_sim_settings(config)),
+                    store = RunStore(store_dir, _sim_conditions(scenario, us, run_config,
+                                                                costs, config),
                                      fresh=args.fresh)
                 except ValueError as err:
                     print(f"error: {err}", file=sys.stderr)
                     return 2
-                total = len(arms) * args.seeds
-                held = sum(store.get(a.arm.label, s) is not None
-                           for s in range(args.seeds) for a in arms)
-                log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
-                    f"{args.seeds} seed(s)"
-                    + (", compute before the read" if args.compute_before_read else "")
-                    + (f"; {held} run(s) already in {store_dir}" if held else ""))
-                results = _with_bar(total, f"{name} n={n}",
-                                    lambda bar: run_matrix(
-                                        arms, scenario, args.seeds, run_config,
-                                        sim_config=config, data=data, jobs=args.jobs,
-                                        on_result=lambda r: bar.update(1), store=store,
-                                        deadline=deadline))
-                title = f"simulated {scenario.name}, {n} workers"
-                text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
-                                     meta, {"costs": costs, "us_per_sample": us}, title)
-                text += _grid_note(args, tuned[name, n])
-                text += _incomplete(total - len(results), total, store_dir, log)
-                sections.append(text)
-                summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us)
-                log("\n" + text + "\n")
+                plan.append((name, n, scenario, us, run_config, data, config, store))
+        for name, n, scenario, us, run_config, data, config, store in plan:
+            arms = bench_arms(families, n, tuned[name, n])
+            total = len(arms) * args.seeds
+            held = sum(store.get(a.arm.label, s) is not None
+                       for s in range(args.seeds) for a in arms)
+            log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
+                f"{args.seeds} seed(s)"
+                + (", compute before the read" if args.compute_before_read else "")
+                + (f"; {held} run(s) already in {store.directory}" if held else ""))
+            results = _with_bar(total, f"{name} n={n}",
+                                lambda bar: run_matrix(
+                                    arms, scenario, args.seeds, run_config,
+                                    sim_config=config, data=data, jobs=args.jobs,
+                                    on_result=lambda r: bar.update(1), store=store,
+                                    deadline=deadline))
+            title = f"simulated {scenario.name}, {n} workers"
+            text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
+                                 meta, {"costs": costs, "us_per_sample": us}, title)
+            text += _grid_note(args, tuned[name, n])
+            text += _incomplete(total - len(results), total, store.directory, log)
+            sections.append(text)
+            summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us,
+                                                       missing_runs=total - len(results))
+            log("\n" + text + "\n")
     else:
         from cluster_sim.local_cluster import LocalCluster
         from cluster_sim.harness.progress import TargetBar
@@ -838,7 +869,8 @@ def run(args) -> int:
                 text += "\n\n" + calibration
                 (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
             sections.append(text)
-            summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=chosen)
+            summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=chosen,
+                                              missing_runs=missing)
             log("\n" + text + "\n")
     from cluster_sim.report.writer import json_safe
     (out / "results.json").write_text(json.dumps(json_safe(summary), indent=2, default=str))
