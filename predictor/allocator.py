@@ -201,8 +201,3 @@ class BatchAllocator:
         """Continue from `get_state`'s output."""
         self._anchor = None if state["anchor"] is None else np.array(state["anchor"])
         self._current = None if state["current"] is None else list(state["current"])
-
-    def reset(self) -> None:
-        """Forget the previous allocation (e.g. after workers join or leave)."""
-        self._anchor = None
-        self._current = None
