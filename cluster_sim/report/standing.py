@@ -9,6 +9,8 @@ geometric mean of each arm's median time to target (a fixed family at its tuned 
 per scenario; never reaching the target counts as infinite).
 
 ``python -m cluster_sim bench standing runs/bench_sim8 [runs/rerun ...] [--arm Adaptive]``
+adds, with ``--versus LABEL`` (e.g. ``--arm Adaptive+alloc --versus Adaptive``), the
+rule against that other arm per scenario, paired by seed the same way.
 
 Example:
 
@@ -54,14 +56,16 @@ def _paired(a, b):
         return None
 
 
-def standing(rows: dict, oracle: dict, arm: str) -> dict:
+def standing(rows: dict, oracle: dict, arm: str, versus: str | None = None) -> dict:
     """``rows[scenario][label]`` = ``{seed: time to target in s, None if never}``;
-    ``oracle[scenario][family]`` = the label of the family's tuned value there.
-    ValueError if ``arm`` is in no scenario (naming the arms there are)."""
-    if not any(arm in by_label for by_label in rows.values()):
-        arms = sorted({label for by_label in rows.values() for label in by_label})
-        raise ValueError(f"no arm {arm!r} in these results; --arm takes one of "
-                         f"{', '.join(arms)}")
+    ``oracle[scenario][family]`` = the label of the family's tuned value there;
+    ``versus``: another arm to pair ``arm`` with in each scenario (``vs_other``).
+    ValueError if ``arm`` or ``versus`` is in no scenario (naming the arms there are)."""
+    for label, option in ((arm, "--arm"), (versus, "--versus")):
+        if label is not None and not any(label in by_label for by_label in rows.values()):
+            arms = sorted({name for by_label in rows.values() for name in by_label})
+            raise ValueError(f"no arm {label!r} in these results; {option} takes one of "
+                             f"{', '.join(arms)}")
     scenarios, columns = {}, {}
     for name, by_label in rows.items():
         fixed = [label for label in (*FIXED_SINGLE, *oracle.get(name, {}).values())
@@ -74,6 +78,8 @@ def standing(rows: dict, oracle: dict, arm: str) -> dict:
             entry["vs_best"] = _paired(by_label[arm], by_label[best])
             if "BSP" in by_label:
                 entry["vs_bsp"] = _paired(by_label[arm], by_label["BSP"])
+            if versus in by_label:
+                entry["vs_other"] = _paired(by_label[arm], by_label[versus])
         scenarios[name] = entry
         # One column per arm family: a tuned family under its family name.
         tuned = {label: family for family, label in oracle.get(name, {}).items()}
@@ -118,15 +124,17 @@ def load(directories) -> tuple[dict, dict]:
     return rows, oracle
 
 
-def format_standing(result: dict, arm: str) -> str:
+def format_standing(result: dict, arm: str, versus: str | None = None) -> str:
     """Markdown: the per-scenario table and the geometric means."""
     cell = lambda v: "never" if v is None or math.isinf(v) else f"{v:.2f}"  # noqa: E731
     ratio = lambda r: "-" if r is None else format_interval(*r[:3], ".2f")  # noqa: E731
+    other = [f"{arm} / {versus}, paired [90% CI]"] if versus else []
     table = markdown_table_rows(
         ["scenario", "oracle-tuned best fixed rule", "its TTA s", f"{arm} TTA s",
-         f"{arm} / best, paired [90% CI]", f"{arm} / BSP, paired [90% CI]"],
+         f"{arm} / best, paired [90% CI]", f"{arm} / BSP, paired [90% CI]", *other],
         [[name, e["best"], cell(e["best_tta"]), cell(e.get("tta")),
-          ratio(e.get("vs_best")), ratio(e.get("vs_bsp"))]
+          ratio(e.get("vs_best")), ratio(e.get("vs_bsp")),
+          *([ratio(e.get("vs_other"))] if versus else [])]
          for name, e in result["scenarios"].items()])
     means = markdown_table_rows(["arm", "geometric mean"],
                                 [[key, cell(v)] for key, v in result["geomean"].items()])
@@ -137,14 +145,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("directories", nargs="+",
                         help="--out directories of `bench policies` runs")
     parser.add_argument("--arm", default="Adaptive", help="the arm to place (default Adaptive)")
+    parser.add_argument("--versus", default=None, metavar="LABEL",
+                        help="also pair the arm with this one per scenario, e.g. --arm "
+                             "Adaptive+alloc --versus Adaptive")
 
 
 def run(args) -> int:
     try:
         rows, oracle = load(args.directories)
-        result = standing(rows, oracle, args.arm)
+        result = standing(rows, oracle, args.arm, args.versus)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(format_standing(result, args.arm))
+    print(format_standing(result, args.arm, args.versus))
     return 0
