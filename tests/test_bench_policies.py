@@ -269,6 +269,27 @@ def test_simulations_in_several_processes_give_the_same_runs_in_matrix_order(tin
                       deadline=time.monotonic() - 1.0) == []
 
 
+def test_a_deadline_stops_the_processes_taking_new_runs_not_the_runs_under_way(
+        tiny, monkeypatch):
+    import types
+
+    from cluster_sim.cli import bench_policies
+    scenario, run_config, data = tiny
+    arms = bench_arms(["bsp", "asp", "ksync"], 4)
+    config = bench_policies._sim_config(ZERO_COSTS, scenario, run_config, data, 4)
+    reads = []  # the clock passes the deadline after the two processes took a run each
+
+    def monotonic():
+        reads.append(1)
+        return 0.0 if len(reads) <= 2 else 10.0
+
+    monkeypatch.setattr(bench_policies, "time",
+                        types.SimpleNamespace(monotonic=monotonic, perf_counter=time.perf_counter))
+    made = bench_policies.run_matrix(arms, scenario, 2, run_config, data=data,
+                                     sim_config=config, jobs=2, deadline=5.0)
+    assert [(r["policy"], r["seed"]) for r in made] == [(a.arm.label, 0) for a in arms[:2]]
+
+
 def test_a_simulated_matrix_is_kept_and_resumed_as_a_real_one_is(tmp_path, capsys):
     from cluster_sim.__main__ import main
     scenario = tmp_path / "tiny.toml"
