@@ -794,11 +794,12 @@ def run(args) -> int:
             title = f"simulated {scenario.name}, {n} workers"
             text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
                                  meta, {"costs": costs, "us_per_sample": us}, title)
+            missing = total - len(results)
             text += _grid_note(args, tuned[name, n])
-            text += _incomplete(total - len(results), total, store.directory, log)
+            text += _incomplete(missing, total, store.directory, log)
             sections.append(text)
             summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us,
-                                                       missing_runs=total - len(results))
+                                                       missing_runs=missing)
             log("\n" + text + "\n")
     else:
         from cluster_sim.local_cluster import LocalCluster
