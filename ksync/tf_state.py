@@ -215,19 +215,21 @@ class PSUpdateState:
     def gate_state(self) -> dict:
         """What the coordinator's barrier needs: ``version``, ``contributed`` (the
         version each worker last contributed to), ``pending`` (gradients in the open
-        round), ``k`` and ``complete``: the round holds K gradients but has not
-        committed, which happens only after K was lowered (a worker died). One call to
-        the PS (run there) and one tensor fetched."""
+        round), ``k``, ``complete`` (the round holds K gradients but has not committed,
+        which happens only after K was lowered: a worker died) and ``nonfinite``
+        (non-finite gradients dropped so far). One call to the PS (run there) and one
+        tensor fetched."""
         with tf.device(self.device):
             packed = self._gate_packed().numpy()
-        version, pending, k = (int(x) for x in packed[:3])
+        version, pending, k, nonfinite = (int(x) for x in packed[:4])
         return dict(version=version, pending=pending, k=k, complete=pending >= k,
-                    contributed=packed[3:])
+                    nonfinite=nonfinite, contributed=packed[4:])
 
     @tf.function
     def _gate_packed(self):
         counters = self.counter_vec.read_value()
-        return tf.concat([tf.stack([counters[_V], counters[_PENDING], self.rule_vec[_K]]),
+        return tf.concat([tf.stack([counters[_V], counters[_PENDING], self.rule_vec[_K],
+                                    counters[_NONFINITE]]),
                           self.contributed.read_value()], axis=0)
 
     def set_rule(self, rule: Rule) -> None:

@@ -31,6 +31,18 @@ from ksync.policies import RECENT_STEPS, stalled_workers
 _RECHECK_S = 0.5
 #: seconds between two refreshes by the monitor while steps run.
 _MONITOR_S = 0.25
+#: rounds the gate may follow by counting pushes before it reads the PS again. A
+#: gradient the PS dropped (non-finite) makes a counted commit wrong; the next read
+#: finds that out, so this bounds the rounds such a guess can stay wrong.
+_COUNTED_ROUNDS = 8
+
+
+class _Snapshot(collections.namedtuple(
+        "_Snapshot", "generation pushes gate read_end refreshes counted")):
+    """The gate as last known: ``gate`` (`PSUpdateState.gate_state`) as read at step
+    ``generation`` with ``pushes`` pushes counted, the read ending at monotonic time
+    ``read_end``, after ``refreshes`` rule refreshes, and moved on by ``counted`` rounds
+    counted since that read (`_GatedClosureQueue._counted_free`)."""
 
 
 class _GatedClosureQueue:
@@ -52,9 +64,9 @@ class _GatedClosureQueue:
         self._generation = 0  # steps finished; a change means the gate may have opened
         self._since_refresh = 0
         self._live = None  # live workers when last seen
+        self._refreshes = 0  # rule refreshes finished (each may have changed the rule)
         self._snapshot_lock = threading.Lock()
-        # (generation at read start, pushes at read start, gate, monotonic time at read end)
-        self._snapshot = None
+        self._snapshot = None  # a _Snapshot
         # Pushes of finished steps, counted where the step's function is known to push
         # exactly once (`KSyncStrategy.pushes_per_call`); `None` once a step whose
         # pushes are not known has finished since.
@@ -167,6 +179,7 @@ class _GatedClosureQueue:
         with self._changed:
             # A new rule (e.g. K lowered to the live workers) may open the gate.
             self._generation += 1
+            self._refreshes += 1
             self._changed.notify_all()
 
     def _gate_snapshot(self, seen):
@@ -177,24 +190,25 @@ class _GatedClosureQueue:
         started at generation >= ``seen`` reflects every push this thread knows of;
         threads checking together share one read instead of one PS call each."""
         with self._snapshot_lock:
-            if self._snapshot is None or self._snapshot[0] < seen:
+            if self._snapshot is None or self._snapshot.generation < seen:
                 with self._changed:
-                    started = self._generation
+                    started, refreshes = self._generation, self._refreshes
                 if self._pushes is None:
                     # This read sees every push of the steps finished so far.
                     self._pushes, self._last_push = 0, [None] * len(self._last_push)
                 pushes = self._pushes
                 gate = self._strategy.gate_state()
                 self.reads["gate"] += 1
-                self._snapshot = (started, pushes, gate, time.monotonic())
-            return self._snapshot[2]
+                self._snapshot = _Snapshot(started, pushes, gate, time.monotonic(),
+                                           refreshes, 0)
+            return self._snapshot.gate
 
     def _surely_waits(self, worker) -> bool:
         """Whether ``worker`` must wait, known without reading the PS: its last step
         began after the last read and pushed one gradient, and the pushes since that
         read cannot have filled the round open then (pending + pushes since < K), so
-        its gradient was computed at that round's version and joined it. Under BSP this
-        leaves one read per round instead of one per step. A step that began before
+        its gradient was computed at that round's version and joined it (with
+        `_counted_free`, a read in several rounds under BSP instead of one a step). A step that began before
         the read may have computed a gradient the round's commit made stale, which the
         PS dropped: its worker is free to start, and guessing "wait" would idle it
         until some other step ends, out of phase with the rounds (seen on 8 workers
@@ -204,14 +218,65 @@ class _GatedClosureQueue:
         with self._snapshot_lock:
             if self._snapshot is None or self._pushes is None:
                 return False
-            _, read_at, gate, read_end = self._snapshot
-            mine = self._last_push[worker]
-            if read_at is None or mine is None or gate["complete"]:
+            snapshot, mine = self._snapshot, self._last_push[worker]
+            if mine is None or snapshot.gate["complete"]:
                 return False
             count, began = mine
-            if count <= read_at or began < read_end:
+            if count <= snapshot.pushes or began < snapshot.read_end:
                 return False
-            return gate["pending"] + (self._pushes - read_at) < self._strategy.rule.k
+            return snapshot.gate["pending"] + (self._pushes - snapshot.pushes) < \
+                self._strategy.rule.k
+
+    def _counted_free(self, worker) -> bool:
+        """Whether ``worker`` may start, known by counting pushes instead of reading
+        the PS: the round its last gradient joined has surely committed.
+
+        Under a rule that waits with K equal to the number of workers (BSP), a round
+        commits exactly when each worker has pushed into it once. Every step begun after
+        the last snapshot was let through by it, so it computed its gradient at the
+        snapshot's version, which cannot move on before all of them have pushed: once
+        each worker not in the round at the snapshot has pushed from such a step, the
+        round has committed, and the snapshot moves on to the next round ("counted")
+        with no read. A worker whose last push came before a counted snapshot joined a
+        round that has committed. Under BSP this leaves one read of the PS in
+        ``_COUNTED_ROUNDS + 1`` rounds, and one after each refresh (it may change the
+        rule). A gradient the PS dropped as non-finite makes the count wrong: its round
+        has not committed, and a worker let through pushes a second gradient into it
+        (fresh, computed at the round's version; the round commits with it), the others'
+        next gradients arrive stale and are dropped. The next read puts the gate right
+        and shows the PS has dropped a non-finite gradient: from then on the gate reads
+        every round (a worker that made one may make more)."""
+        strategy = self._strategy
+        rule, n = strategy.rule, len(self.steps)
+        with self._snapshot_lock:
+            snapshot, mine = self._snapshot, self._last_push[worker]
+            if snapshot is None or self._pushes is None:
+                return False
+            if snapshot.counted and mine is not None and mine[0] <= snapshot.pushes:
+                return True
+            coordinator = getattr(strategy, "coordinator", None)
+            if not rule.wait or rule.k != n or snapshot.gate["complete"] \
+                    or snapshot.gate["nonfinite"] \
+                    or snapshot.counted >= _COUNTED_ROUNDS or coordinator is None \
+                    or len(coordinator.live_workers()) != n:
+                return False
+            with self._changed:
+                generation, refreshes = self._generation, self._refreshes
+            if refreshes != snapshot.refreshes:
+                return False
+            version = int(snapshot.gate["version"])
+            for w, joined in enumerate(snapshot.gate["contributed"]):
+                last = self._last_push[w]
+                if int(joined) != version and (
+                        last is None or last[0] <= snapshot.pushes
+                        or last[1] < snapshot.read_end):
+                    return False
+            gate = dict(snapshot.gate, version=version + 1, pending=0, complete=False,
+                        contributed=[version] * n)
+            self._snapshot = snapshot._replace(
+                generation=generation, pushes=self._pushes, gate=gate,
+                read_end=time.monotonic(), counted=snapshot.counted + 1)
+            return True
 
     def _may_start(self, worker, seen, read=False):
         queue = self._queue
@@ -219,8 +284,11 @@ class _GatedClosureQueue:
             return True  # stopping, or a per-worker resource closure (e.g. an iterator)
         if not self._strategy.rule.wait:
             return True
-        if not read and self._surely_waits(worker):
-            return False
+        if not read:
+            if self._surely_waits(worker):
+                return False
+            if self._counted_free(worker):
+                return True
         try:
             gate = self._gate_snapshot(seen)
         except Exception:  # pylint: disable=broad-except

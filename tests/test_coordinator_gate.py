@@ -10,6 +10,7 @@ order of every event is set by the test: no timing decides an outcome.
 import concurrent.futures
 import queue
 import threading
+import time
 import types
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytest
 
 import ksync
 from ksync.state import UpdateState
-from strategies.coordinator import KSyncCoordinator, _GatedClosureQueue
+from strategies.coordinator import _COUNTED_ROUNDS, KSyncCoordinator, _GatedClosureQueue
 from strategies.ksync_strategy import KSyncStrategy
 
 N = 3
@@ -61,16 +62,17 @@ class PS:
         self.ref = UpdateState(N, rule)
         self.samples = [0.0] * N
 
-    def push(self, worker, version_read=None):
+    def push(self, worker, version_read=None, finite=True):
         """A gradient of ``worker`` computed at ``version_read`` (None: the current)."""
         self.samples[worker] += 32
         read = self.ref.version if version_read is None else version_read
-        return self.ref.push(worker, version_read=read, samples=32)
+        return self.ref.push(worker, version_read=read, samples=32, finite=finite)
 
     def gate_state(self):
         r = self.ref
         return dict(version=r.version, pending=r.pending, k=r.rule.k,
-                    complete=r.pending >= r.rule.k, contributed=np.array(r.contributed))
+                    complete=r.pending >= r.rule.k, nonfinite=r.nonfinite,
+                    contributed=np.array(r.contributed))
 
     def counters(self):
         r = self.ref
@@ -138,10 +140,10 @@ class Chief:
         assert closure is not None
         return closure
 
-    def push_and_finish(self, worker, version_read=None):
+    def push_and_finish(self, worker, version_read=None, finite=True):
         """The worker's running step pushes its gradient (computed at ``version_read``;
         None: the current version) and ends."""
-        self.ps.push(worker, version_read)
+        self.ps.push(worker, version_read, finite)
         self.threads[worker].submit(self.queue.mark_finished).result(10)
 
     def may_start(self, worker):
@@ -303,3 +305,80 @@ def test_a_worker_whose_gradient_came_stale_starts_at_once(chief):
     reads = c.queue.reads["gate"]
     assert not c.queue._may_start(2, seen)
     assert c.queue.reads["gate"] == reads
+
+
+def gate_says(c, worker):
+    """The gate's answer for ``worker`` as `get` asks it (from what it knows, reading
+    the PS only if that does not tell)."""
+    with c.queue._changed:
+        seen = c.queue._generation
+    return c.queue._may_start(worker, seen)
+
+
+def bsp_rounds(c, rounds, nan_at=None):
+    """``rounds`` of BSP steps, each worker's thread doing what `get` does: its step
+    ends (pushing, at the version it began at), it asks the gate, and if told to wait
+    it asks again once the other steps of the round have ended (as when notified);
+    let through, it begins its next step. Returns the rounds in which an answer of the
+    gate differed from the PS's (`UpdateState.may_start`). ``nan_at``: (round,
+    worker) whose gradient is non-finite."""
+    wrong = []
+    began = getattr(c, "began", None)  # where the last call left the workers
+    if began is None:
+        start_round(c, *range(N))
+        began = {w: c.ps.ref.version for w in range(N)}
+    for r in range(rounds):
+        waiting, free = [], []
+        for w in sorted(began):
+            c.push_and_finish(w, began[w], finite=(r, w) != nan_at)
+            c.threads[w].submit(c.queue._step_finished).result(10)
+            (free if gate_says(c, w) else waiting).append(w)
+        for w in waiting:
+            if gate_says(c, w):
+                free.append(w)
+        if any(c.ps.ref.may_start(w) != (w in free) for w in range(N)):
+            wrong.append(r)
+        assert free, f"round {r}: no worker may start"
+        began = {}
+        for w in free:
+            c.queue._started[w] = (time.monotonic(), Closure())
+            began[w] = c.ps.ref.version
+    c.began = began
+    return wrong
+
+
+def test_bsp_rounds_are_followed_by_counting_pushes(chief):
+    """Under BSP the chief knows a round has committed once every worker has pushed into
+    it: after the first round it reads the PS once in _COUNTED_ROUNDS + 1 rounds, and
+    the gate's answer is the PS's at every step."""
+    c = chief()
+    assert bsp_rounds(c, 1) == []  # its steps began before any read: it reads
+    reads = c.queue.reads["gate"]
+    rounds = 3 * (_COUNTED_ROUNDS + 1)
+    assert bsp_rounds(c, rounds) == []
+    assert c.ps.ref.version == 1 + rounds and c.ps.ref.dropped == 0
+    assert c.queue.reads["gate"] - reads == 3, (reads, c.queue.reads)
+
+
+def test_a_refresh_makes_the_next_round_read(chief):
+    """A refresh may change the rule: the round after it is read, not counted."""
+    c = chief()
+    bsp_rounds(c, 3)
+    reads = c.queue.reads["gate"]
+    c.refresh()
+    assert bsp_rounds(c, 2) == [] and c.queue.reads["gate"] == reads + 1
+
+
+def test_a_non_finite_gradient_misleads_the_count_until_the_next_read(chief):
+    """The PS drops a non-finite gradient, which the chief cannot see: the count takes
+    the round for committed and lets workers through, who push a second (fresh)
+    gradient into it. Training goes on; the next read puts the gate right and shows
+    the PS has seen a non-finite gradient, and from then on the gate reads every round
+    (a worker that made one may make more)."""
+    c = chief()
+    bsp_rounds(c, 2)
+    wrong = bsp_rounds(c, _COUNTED_ROUNDS + 1, nan_at=(0, N - 1))
+    assert c.ps.ref.nonfinite == 1
+    assert wrong and max(wrong) < _COUNTED_ROUNDS, wrong
+    reads = c.queue.reads["gate"]
+    assert bsp_rounds(c, 5) == [] and c.queue.reads["gate"] - reads >= 5
