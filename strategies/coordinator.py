@@ -44,6 +44,11 @@ class _Snapshot(collections.namedtuple(
     ``read_end``, after ``refreshes`` rule refreshes, and moved on by ``counted`` rounds
     counted since that read (`_GatedClosureQueue._counted_free`)."""
 
+    def let_through(self, push) -> bool:
+        """Whether ``push`` (a worker's last push: pushes counted after it, when its
+        step began) came after this snapshot from a step begun after it."""
+        return push is not None and push[0] > self.pushes and push[1] >= self.read_end
+
 
 class _GatedClosureQueue:
     """Delegates to TensorFlow's closure queue; `get` first waits at the k-sync gate."""
@@ -208,8 +213,8 @@ class _GatedClosureQueue:
         began after the last read and pushed one gradient, and the pushes since that
         read cannot have filled the round open then (pending + pushes since < K), so
         its gradient was computed at that round's version and joined it (with
-        `_counted_free`, a read in several rounds under BSP instead of one a step). A step that began before
-        the read may have computed a gradient the round's commit made stale, which the
+        `_counted_free`, a read in several rounds under BSP instead of one a step). A
+        step that began before the read may have computed a gradient the round's commit made stale, which the
         PS dropped: its worker is free to start, and guessing "wait" would idle it
         until some other step ends, out of phase with the rounds (seen on 8 workers
         under K-sync: a fast worker whose gradients kept arriving just after the round
@@ -218,11 +223,8 @@ class _GatedClosureQueue:
         with self._snapshot_lock:
             if self._snapshot is None or self._pushes is None:
                 return False
-            snapshot, mine = self._snapshot, self._last_push[worker]
-            if mine is None or snapshot.gate["complete"]:
-                return False
-            count, began = mine
-            if count <= snapshot.pushes or began < snapshot.read_end:
+            snapshot = self._snapshot
+            if snapshot.gate["complete"] or not snapshot.let_through(self._last_push[worker]):
                 return False
             return snapshot.gate["pending"] + (self._pushes - snapshot.pushes) < \
                 self._strategy.rule.k
@@ -265,12 +267,9 @@ class _GatedClosureQueue:
             if refreshes != snapshot.refreshes:
                 return False
             version = int(snapshot.gate["version"])
-            for w, joined in enumerate(snapshot.gate["contributed"]):
-                last = self._last_push[w]
-                if int(joined) != version and (
-                        last is None or last[0] <= snapshot.pushes
-                        or last[1] < snapshot.read_end):
-                    return False
+            if not all(int(joined) == version or snapshot.let_through(self._last_push[w])
+                       for w, joined in enumerate(snapshot.gate["contributed"])):
+                return False
             gate = dict(snapshot.gate, version=version + 1, pending=0, complete=False,
                         contributed=[version] * n)
             self._snapshot = snapshot._replace(
