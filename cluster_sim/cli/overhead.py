@@ -29,9 +29,12 @@ Example::
     python -m cluster_sim bench overhead --repeats 5
     python -m cluster_sim bench overhead --configs stock,asp --steps 1000
     python -m cluster_sim bench overhead --configs stock,bsp,bsp+alloc --repeats 7
+    python -m cluster_sim bench overhead --repeats 9 --out a.json   # then b.json alike
+    python -m cluster_sim bench overhead --pool a.json b.json       # both runs' repeats
 """
 
 import gc
+import json
 import statistics
 import sys
 
@@ -114,6 +117,15 @@ def _chief_reads(strategy):
 
 
 def run(args) -> int:
+    if args.pool:
+        try:
+            runs, meta = load_runs(args.pool)
+        except (OSError, ValueError, KeyError) as err:
+            print(f"error: --pool takes files that `bench overhead --out` wrote: {err}",
+                  file=sys.stderr)
+            return 2
+        _report(runs, meta)
+        return 0
     names = args.configs.split(",")
     unknown = set(names) - set(CONFIGS)
     if unknown or "stock" not in names or args.repeats < 1:
@@ -139,14 +151,59 @@ def run(args) -> int:
                 print(f"run {repeat + 1}/{args.repeats} {name:>10}: {rate:7.1f} steps/s, "
                       f"{cpu_ms['total']:5.2f} CPU ms/step (chief {cpu_ms['chief']:.2f}, "
                       f"workers {cpu_ms['worker']:.2f}, ps {cpu_ms['ps']:.2f})", flush=True)
+    meta = {"workers": args.workers, "steps": args.steps}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "runs": runs}, f)
+    _report(runs, meta)
+    if args.out:
+        print(f"\nruns: {args.out} (pool several such files with --pool)")
+    return 0
 
+
+def load_runs(paths) -> tuple[dict, dict]:
+    """The runs of several `bench overhead --out` files, one after the other per
+    configuration (repeat i of each file stays paired with that file's stock run i).
+
+    >>> import json, tempfile
+    >>> run = [100.0, {"total": 10.0}, {}]
+    >>> paths = []
+    >>> for _ in range(2):
+    ...     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    ...         json.dump({"meta": {"workers": 3, "steps": 600},
+    ...                    "runs": {"stock": [run], "asp": [run]}}, f)
+    ...     paths.append(f.name)
+    >>> runs, meta = load_runs(paths)
+    >>> len(runs["asp"]), meta
+    (2, {'workers': 3, 'steps': 600})
+    """
+    runs, meta = {}, None
+    for path in paths:
+        with open(path) as f:
+            saved = json.load(f)
+        if meta is not None and saved["meta"] != meta:
+            raise ValueError(f"{path} was measured with {saved['meta']}, the first file "
+                             f"with {meta}: pool runs of the same settings")
+        meta = saved["meta"]
+        if runs and set(saved["runs"]) != set(runs):
+            raise ValueError(f"{path} has the configurations {sorted(saved['runs'])}, the "
+                             f"first file {sorted(runs)}")
+        for name, rs in saved["runs"].items():
+            runs.setdefault(name, []).extend(rs)
+    if "stock" not in runs:
+        raise ValueError("no stock runs to compare with")
+    return runs, meta
+
+
+def _report(runs, meta) -> None:
+    """Every table, from the runs of each configuration (paired by index with stock's)."""
     def med(name, pick):
         return statistics.median(pick(r) for r in runs[name])
 
     stock_rate = med("stock", lambda r: r[0])
     stock_cpus = [r[1]["total"] for r in runs["stock"]]
     rows = []
-    for name in names:
+    for name in runs:
         rate, cpu = med(name, lambda r: r[0]), med(name, lambda r: r[1]["total"])
         # Paired by run: each run's ratio to the stock run beside it, bootstrapped.
         ratio, low, high, _ = paired_ratio_ci([r[1]["total"] for r in runs[name]],
@@ -158,8 +215,9 @@ def run(args) -> int:
                     [f"{r:.2f} ({r - s:+.2f})" for r, s in zip(roles, stock_roles)] +
                     [f"{med(name, lambda r: r[2]['gate']):.2f}",
                      f"{med(name, lambda r: r[2]['refresh']):.3f}"])
-    print(f"\n1 PS, {args.workers} workers, digits MLP 64-32-10, batch {BATCH} per worker, "
-          f"{args.steps} timed steps per run, median of {args.repeats} interleaved runs:")
+    repeats = len(runs["stock"])
+    print(f"\n1 PS, {meta['workers']} workers, digits MLP 64-32-10, batch {BATCH} per worker, "
+          f"{meta['steps']} timed steps per run, median of {repeats} interleaved runs:")
     print(text_table(["config", "steps/s", "vs stock", "CPU ms/step", "vs stock (90% CI)",
                       "chief ms (vs stock)", "workers ms", "ps ms", "gate reads/step",
                       "refreshes/step"], rows))
@@ -169,7 +227,6 @@ def run(args) -> int:
     _print_reads(runs)
     _print_parts(runs)
     _print_allocation(runs)
-    return 0
 
 
 def _print_reads(runs) -> None:
@@ -248,6 +305,11 @@ def add_arguments(parser) -> None:
                         help="untimed steps per run before the timed ones (they trace)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="interleaved runs per configuration (medians over them)")
+    parser.add_argument("--out", metavar="FILE.json",
+                        help="also keep every run in this file (for --pool)")
+    parser.add_argument("--pool", nargs="+", metavar="FILE.json",
+                        help="measure nothing: the tables over the runs of these --out "
+                             "files together, each run paired with its own file's stock")
     parser.add_argument("--configs", default="stock,asp,bsp,adaptive",
                         help=f"comma-separated, from {', '.join(CONFIGS)}; stock is the "
                         "baseline")
