@@ -98,16 +98,42 @@ def test_oracle_rows_pick_each_rules_best_grid_value_and_ratios_pair_by_seed():
     assert "oracle-tuned" not in text and data["oracle"] == {"ksync": "KSync(k=4)"}
 
 
+# Far from divergence and from the push limit on any CPU: at the default momentum 0.9,
+# ASP (stale gradients) diverged on some machines; at 0.5 every arm of these tests
+# reaches the target within about 250 of the 400 pushes (seeds 0-2).
 TINY = """
 name = "tiny"
 workers = 4
 data = "digits"
 target_accuracy = 0.85
-max_pushes = 160
+max_pushes = 400
 us_per_sample = 300.0
+[training]
+momentum = 0.5
 [slowdowns]
 speeds = [1.0, 1.0, 0.5, 0.25]
 """
+
+
+def assert_same_run(a, b, rel=1e-6):
+    """Two runs of one (arm, seed) are the same run: the same identity, the same curve,
+    and the same time to target, a run that never reached it included (both None)."""
+    key = ("policy", "seed", "family", "grid_value", "version")
+    assert [a[k] for k in key] == [b[k] for k in key]
+    assert (a["tta_s"] is None) == (b["tta_s"] is None), \
+        f"{a['policy']} seed {a['seed']}: time to target {a['tta_s']} against {b['tta_s']}"
+    if a["tta_s"] is not None:
+        assert a["tta_s"] == pytest.approx(b["tta_s"], rel=rel)
+    assert [c["loss"] for c in a["curve"]] == pytest.approx([c["loss"] for c in b["curve"]],
+                                                            rel=rel)
+
+
+def test_runs_compare_whole_and_never_reached_is_a_value():
+    run = {"policy": "ASP", "seed": 0, "family": "asp", "grid_value": None, "version": 9,
+           "tta_s": None, "curve": [{"loss": 2.0}, {"loss": 1.5}]}
+    assert_same_run(run, dict(run))  # neither reached the target: the same run
+    with pytest.raises(AssertionError, match="ASP seed 0: time to target None against 1.5"):
+        assert_same_run(run, dict(run, tta_s=1.5))
 
 
 ZERO_COSTS = {"chunk_overhead_s": 0.0, "step_overhead_s": 0.0, "read_overhead_s": 0.0,
@@ -257,12 +283,9 @@ def test_simulations_in_several_processes_give_the_same_runs_in_matrix_order(tin
     seen = []
     spread = run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config, jobs=2,
                         on_result=seen.append)
-    key = lambda r: (r["policy"], r["seed"], r["family"], r["grid_value"], r["version"])
-    assert [key(r) for r in spread] == [key(r) for r in alone]
+    assert len(spread) == len(alone)
     for a, b in zip(spread, alone):
-        assert a["tta_s"] == pytest.approx(b["tta_s"], rel=1e-6)
-        assert [c["loss"] for c in a["curve"]] == pytest.approx([c["loss"] for c in b["curve"]],
-                                                                rel=1e-6)
+        assert_same_run(a, b)
     assert len(seen) == len(alone) == 2 * len(arms)
     # A deadline passed: no process starts a run (--stop-after).
     assert run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config, jobs=2,
