@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from cluster_sim.harness.arms import ArmSpec
 from cluster_sim.cli.bench_policies import (FAMILIES, ORDER, bench_arms, bench_table,
                                             check_arms, injected_us_per_sample,
                                             oracle_choices, parse_families)
@@ -15,7 +16,7 @@ from cluster_sim.cli.bench_policies import (FAMILIES, ORDER, bench_arms, bench_t
 def test_arms_parse_into_the_matrix_order_with_bsp_always_in():
     assert parse_families("ringmaster,asp") == ["bsp", "asp", "ringmaster"]
     assert parse_families("all") == list(ORDER)
-    with pytest.raises(ValueError, match=r"unknown arms \['kasnyc'\]; choose from"):
+    with pytest.raises(ValueError, match=r"arm 'kasnyc': unknown name 'kasnyc'; choose from"):
         parse_families("bsp,kasnyc")
 
 
@@ -26,7 +27,7 @@ def test_an_arm_can_pin_its_grid_value():
     assert [a.arm.label for a in bench_arms(parse_families(text), 256,
                                             pinned_values(text))] == \
         ["BSP", "KAsync(k=64)", "Adaptive"]
-    for bad, problem in (("asp=2", "only a rule with a grid"), ("kasync=0", ">= 1"),
+    for bad, problem in (("asp=2", "asp takes no value"), ("kasync=0", ">= 1"),
                          ("kasync=many", ">= 1")):
         with pytest.raises(ValueError, match=problem):
             parse_families(bad)
@@ -203,10 +204,11 @@ def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verd
     tuned = _tune_in_sim(arms, scenario, run_config, zero, data, 2, said.append)
     results = run_matrix(arms, scenario, 2, run_config, data=data,
                          sim_config=_sim_config(zero, scenario, run_config, data, 4))
-    assert tuned == {"ksync": int(oracle_choices(results, arms)["ksync"][8:-1])}
-    assert said == [f"tuned in the simulator: ksync -> {tuned['ksync']}"]
+    k = int(oracle_choices(results, arms)["ksync"][8:-1])
+    assert tuned == {"ksync": ArmSpec("ksync", k)}
+    assert said == [f"tuned in the simulator: ksync={k}"]
     assert [a.arm.label for a in bench_arms(["bsp", "ksync"], 4, tuned)] == \
-        ["BSP", f"KSync(k={tuned['ksync']})"]
+        ["BSP", f"KSync(k={k})"]
     text = table_and_verdict(results, arms, title="tiny")
     assert text.startswith("### tiny") and "reached the target fastest" in text
 

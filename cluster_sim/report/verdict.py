@@ -22,6 +22,7 @@ ASP reached the target fastest, 25 % before BSP; one seed cannot separate the ru
 
 from __future__ import annotations
 
+from cluster_sim.report.results import rule_name
 from cluster_sim.report.stats import paired_ratio_ci
 
 __all__ = ["verdict"]
@@ -54,8 +55,7 @@ def verdict(summaries) -> str:
                 "and accuracy, or raise --max-pushes.")
     ranked = sorted(reached, key=lambda s: s["tta_s"])
     best = ranked[0]
-    bsp = next((s for s in summaries if s["policy"].split("(")[0].strip().upper() == "BSP"),
-               None)
+    bsp = next((s for s in summaries if rule_name(s["policy"]) == "BSP"), None)
     seeds = max(len(s["per_seed"]) for s in summaries)
     text = f"{best['policy']} reached the target fastest"
     if seeds < 2:
