@@ -172,7 +172,8 @@ def _applies_every_gradient(arm: Arm, n: int) -> bool:
 
 
 def _as_spec(item) -> ArmSpec:
-    return item if isinstance(item, ArmSpec) else ArmSpec(item)
+    """An `ArmSpec`, or one parsed from its text ("ksync=4@0.1")."""
+    return item if isinstance(item, ArmSpec) else parse_arm_specs(item, ORDER)[0]
 
 
 def _tuned_spec(tuned, name) -> ArmSpec | None:
@@ -185,7 +186,7 @@ def _tuned_spec(tuned, name) -> ArmSpec | None:
 def bench_arms(specs, num_workers: int, tuned: dict | None = None, *,
                base: LearningRate | None = None, batch_size: int = 32,
                lr_grid=None) -> list[BenchArm]:
-    """Every arm of ``specs`` (`ArmSpec`s or names, e.g. `matrix_specs`'s) on
+    """Every arm of ``specs`` (`ArmSpec`s or their texts, e.g. `matrix_specs`'s) on
     ``num_workers`` workers, in the matrix's order: each grid value of a rule given no
     value, and with ``lr_grid`` each learning rate (and momentum) of its grid and its
     linear-scaling arm (module docstring). ``tuned[name]`` (an `ArmSpec`, or a grid
@@ -349,8 +350,9 @@ def tuned_from(directory, scenario: str, num_workers: int, families, real=False)
         raise ValueError(f"--tuned-from {str(directory)!r} has no {scenario} on "
                          f"{num_workers} workers (it has {', '.join(scenarios)}); screen "
                          "the grids there first, e.g. --arms all --seeds 3")
-    settings = entry.get("oracle_settings")
-    if settings is None:  # made before learning rates were tuned: grid values only
+    # What a tuned matrix ran each rule at, else what a screen's grids chose.
+    settings = {**(entry.get("oracle_settings") or {}), **(entry.get("tuned_settings") or {})}
+    if not settings:  # made before learning rates were tuned: grid values only
         labels = {a.arm.label: a.value for a in bench_arms(families, num_workers)}
         settings = {f: {"value": labels[label]} for f, label in
                     (entry.get("oracle") or {}).items() if label in labels}

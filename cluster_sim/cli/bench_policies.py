@@ -6,13 +6,19 @@ or with ``--simulate`` on the discrete-event simulator at 8, 64 and 256 workers,
 same workload (``data`` of the scenario: ``teacher``) and the same scenarios
 (``cluster_sim/scenarios/bench/``).
 
-Arms (``--arms``, comma-separated families, default all): the fixed rules with a grid of
+Arms (``--arms``, comma-separated arm specs ``NAME[=VALUE][@LR[/MOMENTUM]]``
+(`cluster_sim.harness.arms`), default all): the fixed rules with a grid of
 their parameter, ``ssp`` (s), ``ksync`` and ``kasync`` (k), ``backup`` (b), ``rennala``
 (B), ``ringmaster`` (R), the two-stage schedules ``syncswitch`` and ``ashl`` (the update
 they switch at), plus ``bsp`` and ``asp``, and the rules that set themselves:
 ``adasync``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive`` (ksync's goodput rule) and
-``adaptive+alloc`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
-fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
+``adaptive+alloc``. Per scenario the best grid value of each fixed rule is its
+"oracle-tuned" row: what a user who hand-tunes gets, flagged when it sits at an edge of
+its grid. ``--lr-grid`` adds the learning rate (and, for the rules that apply every
+gradient, momentum) to every grid but Adaptive's, and each rule's linear-scaling arm
+(`cluster_sim.cli.arm_grid`); ``--tune-seeds`` chooses each rule's setting on seeds that
+are then not reported (from 100 on) and runs only the chosen ones on ``--seeds``
+(the fair race of issue 46). ``--grid-from-sim``
 tunes each grid in the simulator on the same scenario (with the framework costs measured
 here) and runs only the tuned value for real; ``--tuned-from DIR`` takes each rule's
 tuned value from an earlier matrix (its ``--out``) of the same scenarios and worker
@@ -49,6 +55,10 @@ python -m cluster_sim bench policies --simulate --workers 8,64,256 --seeds 10 \\
     --costs runs/bench/results.json --out runs/bench_sim
 python -m cluster_sim bench policies --simulate --seeds 10 --tuned-from runs/bench_sim \\
     --costs runs/bench/results.json --out runs/bench_sim_tuned
+# The race: every rule at its own best learning rate, chosen on seeds 100-102
+python -m cluster_sim bench policies --simulate --workers 8 --scenario static --arms all \\
+    --lr-grid auto --tune-seeds 3 --seeds 10 --costs cluster_sim/scenarios/bench/costs_25ms.json \\
+    --out runs/race_sim8
 ```
 
 From Python (the demo's short version): `run_matrix` with a few arms (`bench_arms`) and a
@@ -310,7 +320,13 @@ def _grid_note(args, values, tune_seeds=()) -> str:
            f"tuned{seeds}, not among the reported seeds" if tune_seeds else
            f"tuned in {args.tuned_from}" if args.tuned_from else "pinned by --arms")
     return f"\n\nSettings {how}: " + ", ".join(
-        f"{name} {spec.text}" for name, spec in values.items())
+        getattr(spec, "described", spec.text) for spec in values.values())
+
+
+def _settings(tuned) -> dict:
+    """``tuned`` (`ArmSpec`s by rule) as results.json keeps it for `tuned_from`."""
+    return {name: {"value": s.value, "lr": s.lr, "momentum": s.momentum,
+                   "edges": list(getattr(s, "edges", ()))} for name, s in tuned.items()}
 
 
 def _seed_text(seeds) -> str:
@@ -379,6 +395,20 @@ def _sim_config(costs, scenario, run_config, data, workers):
                                stop_at_target=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class TunedSpec(ArmSpec):
+    """A rule's chosen setting and where it sat in its grid (`grid_edges`): a choice at
+    an edge may not be the best, the grid should be wider."""
+
+    edges: tuple = ()
+
+    @property
+    def described(self) -> str:
+        """``bsp@0.1 (at the grid's edge: lr highest)``."""
+        return self.text + (f" (at the grid's edge: {', '.join(self.edges)})"
+                            if self.edges else "")
+
+
 def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log, jobs=1) -> dict:
     """The best setting (an `ArmSpec`) of each rule with a grid among ``arms``,
     simulated on ``scenario`` with ``costs`` over ``seeds``."""
@@ -395,10 +425,14 @@ def _tune(arms, scenario, run_config, seeds, log, what, **matrix) -> dict:
     if not chosen:
         return {}
     results = run_matrix(chosen, scenario, seeds, run_config, **matrix)
-    settings = oracle_settings(oracle_choices(results, chosen), chosen)
+    oracle = oracle_choices(results, chosen)
     tuned = {name: ArmSpec(name, s["value"], s["lr"], s["momentum"])
-             for name, s in settings.items()}
-    log(f"{what}: " + ", ".join(spec.text for spec in tuned.values()))
+             for name, s in oracle_settings(oracle, chosen).items()}
+    # The reported matrix runs one setting per rule: say here where a grid was too narrow.
+    edges = {name: grid_edges(chosen, label) for name, label in oracle.items()}
+    tuned = {name: TunedSpec(*dataclasses.astuple(spec), edges=tuple(edges[name]))
+             for name, spec in tuned.items()}
+    log(f"{what}: " + ", ".join(spec.described for spec in tuned.values()))
     return tuned
 
 
@@ -466,10 +500,9 @@ def run(args) -> int:
         families = parse_families(args.arms)
         lr_grid = parse_lr_grid(args.lr_grid)
         seeds = parse_seeds(args.seeds, "--seeds")
-        tune_seeds = parse_seeds(args.tune_seeds, "--tune-seeds") if args.tune_seeds else []
-        if args.grid_from_sim and not tune_seeds:
-            # Never the reported seeds: a choice made on them flatters the chosen arm.
-            tune_seeds = list(range(100, 100 + args.sim_seeds))
+        # Tuning seeds count from 100: a choice made on reported seeds flatters it.
+        tune_text = args.tune_seeds or (str(args.sim_seeds) if args.grid_from_sim else None)
+        tune_seeds = parse_seeds(tune_text, "--tune-seeds", start=100) if tune_text else []
         if set(tune_seeds) & set(seeds):
             raise ValueError(f"--tune-seeds and --seeds share seeds "
                              f"{sorted(set(tune_seeds) & set(seeds))}: a choice made on "
@@ -585,8 +618,9 @@ def run(args) -> int:
             text += _grid_note(args, tuned[name, n], tune_seeds)
             text += _incomplete(missing, total, store.directory, log)
             sections.append(text)
-            summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us,
-                                                       missing_runs=missing)
+            summary["scenarios"][f"{name}@{n}"] = dict(
+                data_, us_per_sample=us, missing_runs=missing,
+                tuned_settings=_settings(tuned[name, n]))
             log("\n" + text + "\n")
     else:
         from cluster_sim.local_cluster import LocalCluster
@@ -658,6 +692,7 @@ def run(args) -> int:
                 (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
             sections.append(text)
             summary["scenarios"][name] = dict(data_, us_per_sample=us,
+                                              tuned_settings=_settings(chosen),
                                               tuned_in_sim={k: s.text for k, s in chosen.items()},
                                               missing_runs=missing)
             log("\n" + text + "\n")
@@ -735,7 +770,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(0-9) or a list (0,5,7)")
     parser.add_argument("--tune-seeds", default=None, metavar="SEEDS",
                         help="choose each rule's setting (grid value, learning rate, "
-                             "momentum) on these seeds (e.g. 100-102), then run only the "
+                             "momentum) on these seeds (a count from 100 on: 3 is 100-102; "
+                             "a range; a list), then run only the "
                              "chosen ones on --seeds, which must not share any; with "
                              "--grid-from-sim the simulator's tuning seeds")
     parser.add_argument("--jobs", type=int, default=1,
