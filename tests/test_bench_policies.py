@@ -142,7 +142,7 @@ def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsy
     assert [r["arm"] for r in table["rows"]][:4] == ["BSP", "ASP", "KSync(k=2)", "KSync(k=3)"]
     assert all(r["seeds"] == 2 for r in table["rows"])
     bench_md = (out / "bench.md").read_text()
-    assert "TTA/BSP paired [90% CI]" in bench_md and "oracle-tuned" in bench_md
+    assert "TTA/BSP paired [range]" in bench_md and "oracle-tuned" in bench_md
     # Every run is in a per-scenario report (the demo's), with curves and plots.
     reports = [p for p in out.iterdir() if p.is_dir() and not p.name.endswith("_runs")]
     assert len(reports) == 1 and (reports[0] / "accuracy.png").exists()

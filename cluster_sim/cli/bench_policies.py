@@ -38,7 +38,8 @@ simulator against this benchmark.
 
 Writes ``OUT/results.json`` (costs, injected compute, every scenario's table rows and the
 oracle choices), ``OUT/bench.md`` (one table per scenario: median time to target with a
-90 % bootstrap interval over seeds, the ratio to BSP paired by seed with its interval,
+range over seeds (a 90 % interval from 5 seeds), the ratio to BSP paired by seed with its
+own,
 final loss and accuracy, updates, dropped gradients; BSP's coefficient of variation),
 and per scenario (and worker count) a report directory with every run, curves and plots
 (`cluster_sim.report.write_report`). Each finished run is kept as it ends

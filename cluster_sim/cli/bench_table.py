@@ -1,7 +1,8 @@
 """The table of one scenario of `bench policies`: every arm, then each rule's
 oracle-tuned row (saying when the choice sits at an edge of its grid), every time to
 target and ratio to BSP paired by seed, with an interval only where the seeds can give
-one (`cluster_sim.report.stats.ratio_summary`).
+one (`cluster_sim.report.stats.seed_interval`: a range under 5 seeds, a 90 % interval
+with real coverage from 5).
 
 Example:
 
@@ -10,6 +11,8 @@ Example:
 ...         (("BSP", (10.0, 20.0)), ("ASP", (5.0, 12.0))) for s, t in enumerate(ts)]
 >>> print(bench_table(runs, bench_arms(["bsp", "asp"], 4))[0].splitlines()[3])
 | ASP | 8.5 [5.0, 12.0] | 2/2 | 0.55 [0.50, 0.60] | - | - | - | - |
+>>> "| TTA/BSP paired [range] |" in bench_table(runs, bench_arms(["bsp", "asp"], 4))[0]
+True
 """
 
 import math
@@ -26,12 +29,12 @@ def arm_row(results, label, baseline="BSP") -> dict:
     """The table's numbers for one arm: median TTA with its interval over seeds, the
     ratio to ``baseline`` paired by seed with its interval, medians of final
     loss/accuracy, updates and dropped gradients."""
-    from cluster_sim.report.stats import bootstrap_ci, paired_ratio_ci
+    from cluster_sim.report.stats import paired_ratio_ci, seed_interval
     runs = per_seed(results, label)
     bsp = per_seed(results, baseline)
     ttas = [runs[s]["tta_s"] for s in sorted(runs)]
     row = {"arm": label, "seeds": len(runs), "reached": sum(t is not None for t in ttas),
-           "tta": bootstrap_ci(ttas), "ratio": None}
+           "tta": seed_interval(ttas), "ratio": None}
     common = sorted(set(runs) & set(bsp))
     if common:
         try:
@@ -54,7 +57,7 @@ def bench_table(results, arms, title="") -> tuple[str, dict]:
     """The Markdown table of one scenario (every arm, then the oracle-tuned rows, each
     saying when its choice is at an edge of the grid) and its data: ``{"rows",
     "oracle", "oracle_settings", "oracle_edges", "baseline", "bsp_tta_cv"}``."""
-    from cluster_sim.report.stats import coefficient_of_variation
+    from cluster_sim.report.stats import coefficient_of_variation, interval_label
     baseline = baseline_label(results, arms)
     labels = [a.arm.label for a in arms if per_seed(results, a.arm.label)]
     rows = [arm_row(results, label, baseline) for label in labels]
@@ -69,16 +72,19 @@ def bench_table(results, arms, title="") -> tuple[str, dict]:
     bsp = per_seed(results, baseline)
     cv = coefficient_of_variation([bsp[s]["tta_s"] for s in sorted(bsp)]) if bsp else None
     fmt = lambda v, f: "-" if v is None else format(v, f)
-    body = [[r["arm"], format_interval(*r["tta"], ".1f"), f"{r['reached']}/{r['seeds']}",
+    body = [[r["arm"], format_interval(*r["tta"][:3], ".1f"), f"{r['reached']}/{r['seeds']}",
              "-" if r["ratio"] is None else format_interval(*r["ratio"][:3], ".2f"),
              fmt(r["final_loss"], ".3f"), fmt(r["final_accuracy"], ".3f"),
              fmt(r["version"], ".0f"), fmt(r["dropped"], ".0f")] for r in rows]
-    header = ["arm", "TTA s [90% CI]", "reached", f"TTA/{baseline} paired [90% CI]",
+    header = ["arm", f"TTA s [{interval_label(r['tta'] for r in rows)}]", "reached",
+              f"TTA/{baseline} paired [{interval_label(r['ratio'] for r in rows)}]",
               "final loss", "final acc", "updates", "dropped"]
     cv_text = (f"{baseline}'s TTA coefficient of variation: " +
                ("- (fewer than two seeds)" if cv is None or math.isnan(cv) else
                 "inf (a seed missed the target)" if math.isinf(cv) else f"{100 * cv:.1f} %"))
-    notes = [cv_text]
+    notes = [cv_text, "Under 5 seeds a [range] is min-max over seeds around the median; "
+             "from 5 seeds a 90% CI is a t interval on the logs around the geometric "
+             "mean (the median's order-statistic interval where a run never reached)."]
     if all(a.arm.learning_rate is None for a in arms):
         # Averaged rounds at one rate under-step every rule that waits for several
         # gradients: the ratios then measure the rate as much as the rule (issue 46).

@@ -5,7 +5,8 @@ slows them as the scenario says (built-in ``demo``: relative speeds 1, 1, 0.5, 0
 the benchmark's teacher task, to a nearer target than the benchmark's), and trains
 each arm for each seed, arms interleaved seed by seed with the same initial weights and
 data order (`cluster_sim.cli.bench_policies.run_matrix`). Prints the benchmark's table
-(median time to target with a 90 % bootstrap interval, the ratio to BSP paired by seed)
+(median time to target with its range over seeds, a 90 % interval from 5 seeds, the
+ratio to BSP paired by seed)
 and a verdict: which rule won, by how much, and whether the seeds separate it from BSP
 and from the next fastest. Writes results.json, curves.csv, report.md and plots.
 
