@@ -15,7 +15,7 @@ from cluster_sim.cli.bench_policies import (FAMILIES, ORDER, bench_arms, bench_t
 def test_arms_parse_into_the_matrix_order_with_bsp_always_in():
     assert parse_families("ringmaster,asp") == ["bsp", "asp", "ringmaster"]
     assert parse_families("all") == list(ORDER)
-    with pytest.raises(ValueError, match=r"unknown arms \['kasnyc'\]; choose from"):
+    with pytest.raises(ValueError, match=r"arm 'kasnyc': unknown name 'kasnyc'; choose from"):
         parse_families("bsp,kasnyc")
 
 
@@ -26,7 +26,7 @@ def test_an_arm_can_pin_its_grid_value():
     assert [a.arm.label for a in bench_arms(parse_families(text), 256,
                                             pinned_values(text))] == \
         ["BSP", "KAsync(k=64)", "Adaptive"]
-    for bad, problem in (("asp=2", "only a rule with a grid"), ("kasync=0", ">= 1"),
+    for bad, problem in (("asp=2", "asp takes no value"), ("kasync=0", ">= 1"),
                          ("kasync=many", ">= 1")):
         with pytest.raises(ValueError, match=problem):
             parse_families(bad)
@@ -168,7 +168,7 @@ def test_the_command_runs_the_matrix_in_the_simulator_end_to_end(tmp_path, capsy
     assert [r["arm"] for r in table["rows"]][:4] == ["BSP", "ASP", "KSync(k=2)", "KSync(k=3)"]
     assert all(r["seeds"] == 2 for r in table["rows"])
     bench_md = (out / "bench.md").read_text()
-    assert "TTA/BSP paired [90% CI]" in bench_md and "oracle-tuned" in bench_md
+    assert "TTA/BSP paired [range]" in bench_md and "oracle-tuned" in bench_md
     # Every run is in a per-scenario report (the demo's), with curves and plots.
     reports = [p for p in out.iterdir() if p.is_dir() and not p.name.endswith("_runs")]
     assert len(reports) == 1 and (reports[0] / "accuracy.png").exists()
@@ -229,10 +229,13 @@ def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verd
     tuned = _tune_in_sim(arms, scenario, run_config, zero, data, 2, said.append)
     results = run_matrix(arms, scenario, 2, run_config, data=data,
                          sim_config=_sim_config(zero, scenario, run_config, data, 4))
-    assert tuned == {"ksync": int(oracle_choices(results, arms)["ksync"][8:-1])}
-    assert said == [f"tuned in the simulator: ksync -> {tuned['ksync']}"]
+    k = int(oracle_choices(results, arms)["ksync"][8:-1])
+    assert set(tuned) == {"ksync"} and tuned["ksync"].text == f"ksync={k}"
+    # A K at an end of the grid (2 or 3 on 4 workers) is said to be there.
+    assert said == [f"tuned in the simulator: {tuned['ksync'].described}"]
+    assert tuned["ksync"].edges == ("value lowest" if k == 2 else "value highest",)
     assert [a.arm.label for a in bench_arms(["bsp", "ksync"], 4, tuned)] == \
-        ["BSP", f"KSync(k={tuned['ksync']})"]
+        ["BSP", f"KSync(k={k})"]
     text = table_and_verdict(results, arms, title="tiny")
     assert text.startswith("### tiny") and "reached the target fastest" in text
 

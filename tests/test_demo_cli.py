@@ -50,14 +50,14 @@ def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
 def test_demo_refuses_unknown_arms_with_the_choices():
     done = subprocess.run([sys.executable, "-m", "cluster_sim", "demo", "--arms", "bsp,nope"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "unknown arms ['nope']" in done.stderr
+    assert done.returncode == 2 and "unknown name 'nope'" in done.stderr
     assert "nbsgd" in done.stderr
 
 
 def test_allocation_bench_refuses_bad_arms_and_scenarios(capsys):
     from cluster_sim.__main__ import main
     assert main(["bench", "allocation", "--arms", "bsp,nope"]) == 2
-    assert "unknown arms ['nope']" in capsys.readouterr().err
+    assert "unknown name 'nope'" in capsys.readouterr().err
     assert main(["bench", "allocation", "--scenario", "no-such-scenario"]) == 2
     assert "no-such-scenario" in capsys.readouterr().err
     assert main(["bench", "allocation", "--pushes", "60"]) == 2  # no second half to measure

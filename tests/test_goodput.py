@@ -338,7 +338,7 @@ def test_standing_reads_bench_results_and_places_the_rule(tmp_path):
     # --versus: the rule against another arm, paired by seed (8/10, 9/11, 10/12).
     paired = standing.standing(*standing.load([tmp_path]), "BSP+alloc(last)", "BSP")
     assert paired["scenarios"]["trace_sim8"]["vs_other"][:3] == pytest.approx((9 / 11, 0.8, 10 / 12))
-    assert "BSP+alloc(last) / BSP, paired [90% CI] |" in standing.format_standing(
+    assert "BSP+alloc(last) / BSP, paired [range] |" in standing.format_standing(
         paired, "BSP+alloc(last)", "BSP")
     with pytest.raises(ValueError, match="no arm 'Nope' in these results; --versus takes one of"):
         standing.standing(rows, oracle, "Adaptive", "Nope")

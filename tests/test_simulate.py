@@ -256,7 +256,7 @@ def test_bad_input_is_refused_clearly(tmp_path):
 
 
 def test_cli_writes_the_demos_report_from_run_results(tmp_path, capsys):
-    code = main(["simulate", "--workers", "6", "--policies", "bsp,ksync:k=3", "--seeds", "2",
+    code = main(["simulate", "--workers", "6", "--arms", "bsp,ksync=3", "--seeds", "2",
                  "--max-pushes", "60", "--eval-every", "30", "--out", str(tmp_path)])
     assert code == 0
     out = json.loads((tmp_path / "results.json").read_text())

@@ -25,6 +25,30 @@ def command_line(argv=None) -> list[str]:
     return ["python", "-m", "cluster_sim", *(sys.argv if argv is None else argv)[1:]]
 
 
+def parse_seeds(text, option: str = "--seeds", start: int = 0) -> list[int]:
+    """Seeds from a count (``3``: ``start`` .. ``start`` + 2), a range (``100-102``) or a
+    list (``0,5,7``); ValueError names the option and the forms.
+
+    >>> parse_seeds("3"), parse_seeds("3", start=100), parse_seeds("0, 5,7")
+    ([0, 1, 2], [100, 101, 102], [0, 5, 7])
+    """
+    text = str(text).strip()
+    try:
+        if "," in text:
+            seeds = [int(s) for s in text.split(",") if s.strip()]
+        elif "-" in text:
+            first, _, last = text.partition("-")
+            seeds = list(range(int(first), int(last) + 1))
+        else:
+            seeds = list(range(start, start + int(text)))
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"{option} {text!r}: give a count (3: seeds {start}-{start + 2}), a range "
+                         "(100-102) or a list of distinct seeds >= 0 (0,5,7)")
+    return seeds
+
+
 def prepare_tensorflow() -> None:
     """Settings every command that trains must make before TensorFlow is imported:
     tf_keras as Keras (parameter-server training needs it), TensorFlow imported without

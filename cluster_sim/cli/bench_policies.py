@@ -6,13 +6,19 @@ or with ``--simulate`` on the discrete-event simulator at 8, 64 and 256 workers,
 same workload (``data`` of the scenario: ``teacher``) and the same scenarios
 (``cluster_sim/scenarios/bench/``).
 
-Arms (``--arms``, comma-separated families, default all): the fixed rules with a grid of
+Arms (``--arms``, comma-separated arm specs ``NAME[=VALUE][@LR[/MOMENTUM]]``
+(`cluster_sim.harness.arms`), default all): the fixed rules with a grid of
 their parameter, ``ssp`` (s), ``ksync`` and ``kasync`` (k), ``backup`` (b), ``rennala``
 (B), ``ringmaster`` (R), the two-stage schedules ``syncswitch`` and ``ashl`` (the update
 they switch at), plus ``bsp`` and ``asp``, and the rules that set themselves:
 ``adasync``, ``chao``, ``lb-bsp``, ``nbsgd``, ``adaptive`` (ksync's goodput rule) and
-``adaptive+alloc`` (`cluster_sim.harness.ARMS`). Per scenario the best grid value of each
-fixed rule is its "oracle-tuned" row: what a user who hand-tunes gets. ``--grid-from-sim``
+``adaptive+alloc``. Per scenario the best grid value of each fixed rule is its
+"oracle-tuned" row: what a user who hand-tunes gets, flagged when it sits at an edge of
+its grid. ``--lr-grid`` adds the learning rate (and, for the rules that apply every
+gradient, momentum) to every grid but Adaptive's, and each rule's linear-scaling arm
+(`cluster_sim.cli.arm_grid`); ``--tune-seeds`` chooses each rule's setting on seeds that
+are then not reported (from 100 on) and runs only the chosen ones on ``--seeds``
+(the fair race of issue 46). ``--grid-from-sim``
 tunes each grid in the simulator on the same scenario (with the framework costs measured
 here) and runs only the tuned value for real; ``--tuned-from DIR`` takes each rule's
 tuned value from an earlier matrix (its ``--out``) of the same scenarios and worker
@@ -32,7 +38,8 @@ simulator against this benchmark.
 
 Writes ``OUT/results.json`` (costs, injected compute, every scenario's table rows and the
 oracle choices), ``OUT/bench.md`` (one table per scenario: median time to target with a
-90 % bootstrap interval over seeds, the ratio to BSP paired by seed with its interval,
+range over seeds (a 90 % interval from 5 seeds), the ratio to BSP paired by seed with its
+own,
 final loss and accuracy, updates, dropped gradients; BSP's coefficient of variation),
 and per scenario (and worker count) a report directory with every run, curves and plots
 (`cluster_sim.report.write_report`). Each finished run is kept as it ends
@@ -49,6 +56,10 @@ python -m cluster_sim bench policies --simulate --workers 8,64,256 --seeds 10 \\
     --costs runs/bench/results.json --out runs/bench_sim
 python -m cluster_sim bench policies --simulate --seeds 10 --tuned-from runs/bench_sim \\
     --costs runs/bench/results.json --out runs/bench_sim_tuned
+# The race: every rule at its own best learning rate, chosen on seeds 100-102
+python -m cluster_sim bench policies --simulate --workers 8 --scenario static --arms all \\
+    --lr-grid auto --tune-seeds 3 --seeds 10 --costs cluster_sim/scenarios/bench/costs_25ms.json \\
+    --out runs/race_sim8
 ```
 
 From Python (the demo's short version): `run_matrix` with a few arms (`bench_arms`) and a
@@ -67,179 +78,19 @@ import statistics
 import sys
 import time
 
-from cluster_sim.cli import command_line
-from cluster_sim.harness.config import ARMS, Arm, RunConfig, load_data, targets
-from cluster_sim.report.results import median_tta
-from cluster_sim.report.tables import format_interval, markdown_table_rows
+from cluster_sim.cli import command_line, parse_seeds
+from cluster_sim.cli.arm_grid import (FAMILIES, ORDER, BenchArm, baseline_label,  # noqa: F401
+                                      bench_arms, check_arms, grid_edges, matrix_specs,
+                                      oracle_choices, oracle_settings, parse_families,
+                                      parse_lr_grid, per_seed, pinned_values, tuned_from)
+from cluster_sim.cli.bench_table import arm_row, bench_table, table_and_verdict  # noqa: F401
+from cluster_sim.harness.arms import SPEC_HELP, ArmSpec
+from cluster_sim.harness.config import Arm, RunConfig, load_data, targets
+from ksync.learning_rate import LearningRate
 
 __all__ = ["FAMILIES", "BenchArm", "parse_families", "bench_arms", "oracle_choices",
            "bench_table", "table_and_verdict", "injected_us_per_sample",
            "framework_cost_in_runs", "run_matrix", "add_arguments", "run"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Family:
-    """A rule with a grid: ``spec.format(v)`` and ``label.format(v)`` for each value
-    ``grid(num_workers)`` gives."""
-
-    label: str
-    spec: str
-    grid: object  # num_workers -> tuple of values
-
-    def values(self, n: int) -> tuple:
-        return tuple(sorted({int(v) for v in self.grid(n) if v >= 1}))
-
-
-def _fractions(n, *fs, below=None, least=1):
-    """``round(f * n)`` for each fraction, at least ``least``, below ``below``."""
-    return tuple(v for v in (max(least, round(f * n)) for f in fs)
-                 if below is None or v < below)
-
-
-#: The fixed rules and their grids (values depend on the number of workers).
-FAMILIES = {
-    "ssp": Family("SSP(s={})", "ssp:max_staleness={}", lambda n: (1, 2, 4, 8)),
-    # k = 1 is ASP and k = N BSP (arms of their own).
-    "ksync": Family("KSync(k={})", "ksync:k={}",
-                    lambda n: _fractions(n, .25, .5, .75, below=n, least=2)),
-    "kasync": Family("KAsync(k={})", "kasync:k={}",
-                     lambda n: _fractions(n, .25, .5, .75, below=n, least=2)),
-    "backup": Family("Backup(b={})", "backup:backups={}", lambda n: _fractions(n, 1 / 8, .25, below=n)),
-    "rennala": Family("Rennala(B={})", "rennala:batch={}", lambda n: _fractions(n, .5, 1, 2)),
-    "ringmaster": Family("Ringmaster(R={})", "ringmaster:max_delay={}",
-                         lambda n: _fractions(n, .5, 1, 2)),
-    # The switch point in updates: an eighth, a quarter and a half of the ~1,100 BSP
-    # updates the benchmark's target takes on 8 workers.
-    "syncswitch": Family("Sync-Switch(after={})", "syncswitch:switch_after={}",
-                         lambda n: (128, 256, 512)),
-    "ashl": Family("ASHL(after={})", "ashl:switch_after={}", lambda n: (128, 256, 512)),
-}
-#: Arms without a grid: (name, Arm); BSP first, the baseline of every ratio.
-SINGLE = {"bsp": ARMS["bsp"], "asp": ARMS["asp"], "adasync": Arm("AdaSync", "adasync"),
-          **{name: ARMS[name] for name in ("chao", "lb-bsp", "nbsgd",
-                                           "adaptive", "adaptive+alloc")}}
-ORDER = ("bsp", "asp", "ssp", "ksync", "kasync", "backup", "rennala", "ringmaster",
-         "adasync", "syncswitch", "ashl", "chao", "lb-bsp", "nbsgd", "adaptive",
-         "adaptive+alloc")
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchArm:
-    """One arm of the matrix: its family, the harness `Arm`, its grid value (None
-    without a grid)."""
-
-    family: str
-    arm: Arm
-    value: int | None = None
-
-
-def parse_families(text: str) -> list[str]:
-    """Families from ``--arms`` ("all" or comma-separated), in the matrix's order, BSP
-    always included (every ratio is to BSP); ValueError names unknown ones.
-
-    >>> parse_families("ksync, asp")
-    ['bsp', 'asp', 'ksync']
-    >>> parse_families("all") == list(ORDER)
-    True
-    """
-    names = list(ORDER) if text.strip() == "all" else [a.split("=")[0].strip()
-                                                       for a in text.split(",") if a.strip()]
-    pinned_values(text)  # a value pinned to a rule without a grid is an error here too
-    unknown = [a for a in names if a not in ORDER]
-    if unknown:
-        raise ValueError(f"unknown arms {unknown}; choose from {', '.join(ORDER)} or 'all'")
-    return [name for name in ORDER if name in names or name == "bsp"]
-
-
-def pinned_values(text: str) -> dict:
-    """The grid values ``--arms`` pins (``kasync=64``: that value only, on every worker
-    count, as a user who has tuned it would run it); ValueError names a bad one.
-
-    >>> pinned_values("bsp, kasync=64, adaptive")
-    {'kasync': 64}
-    """
-    out = {}
-    for item in (a.strip() for a in text.split(",")):
-        if "=" not in item:
-            continue
-        name, _, value = (part.strip() for part in item.partition("="))
-        if name not in FAMILIES:
-            raise ValueError(f"--arms {item!r}: only a rule with a grid takes a value "
-                             f"({', '.join(FAMILIES)}), e.g. kasync=64")
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"--arms {item!r}: the value must be an integer >= 1, e.g. "
-                             f"{name}=4")
-        out[name] = int(value)
-    return out
-
-
-def bench_arms(families, num_workers: int, tuned: dict | None = None) -> list[BenchArm]:
-    """Every arm of ``families`` on ``num_workers`` workers: each grid value of a fixed
-    rule (only ``tuned[family]`` when given: the value tuned in the simulator).
-
-    >>> [a.arm.label for a in bench_arms(["bsp", "ksync"], 8)]
-    ['BSP', 'KSync(k=2)', 'KSync(k=4)', 'KSync(k=6)']
-    >>> [a.arm.policy for a in bench_arms(["ksync"], 8, tuned={"ksync": 4})]
-    ['ksync:k=4']
-    """
-    out = []
-    for name in families:
-        if name in SINGLE:
-            out.append(BenchArm(name, SINGLE[name]))
-            continue
-        family = FAMILIES[name]
-        values = family.values(num_workers)
-        if tuned and name in tuned:
-            values = (int(tuned[name]),)
-        out += [BenchArm(name, Arm(family.label.format(v), family.spec.format(v)), v)
-                for v in values]
-    return out
-
-
-def tuned_from(directory, scenario: str, num_workers: int, families, real=False) -> dict:
-    """The grid value of each fixed rule in ``families`` that an earlier `bench policies`
-    matrix (its ``--out`` directory) found best on ``scenario`` with ``num_workers``
-    workers: a screen of every grid value over a few seeds, then only the tuned values
-    over many. For ``real`` runs an earlier real matrix of the scenario also serves.
-    ValueError names what is missing and how to make it.
-
-    >>> import json, pathlib, tempfile
-    >>> out = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (out / "results.json").write_text(json.dumps({"scenarios": {"static@8": {
-    ...     "oracle": {"kasync": "KAsync(k=4)", "ssp": "SSP(s=2)"}}}}))
-    >>> tuned_from(out, "static", 8, ["bsp", "kasync", "adaptive"])
-    {'kasync': 4}
-    """
-    path = pathlib.Path(directory) / "results.json"
-    try:
-        scenarios = json.loads(path.read_text())["scenarios"]
-    except (OSError, KeyError, json.JSONDecodeError) as err:
-        raise ValueError(f"--tuned-from {str(directory)!r}: no bench results there ({err}); "
-                         "give the --out directory of an earlier `bench policies` run") from None
-    entry = scenarios.get(f"{scenario}@{num_workers}") or (
-        scenarios.get(scenario) if real else None)
-    if entry is None:
-        raise ValueError(f"--tuned-from {str(directory)!r} has no {scenario} on "
-                         f"{num_workers} workers (it has {', '.join(scenarios)}); screen "
-                         "the grids there first, e.g. --arms all --seeds 3")
-    labels = {a.arm.label: a.value for a in bench_arms(families, num_workers)}
-    oracle = entry.get("oracle") or {}
-    missing = [f for f in families if f in FAMILIES and oracle.get(f) not in labels]
-    if missing:
-        raise ValueError(f"--tuned-from {str(directory)!r}: no tuned value of "
-                         f"{', '.join(missing)} on {scenario} with {num_workers} workers; "
-                         "screen their grids there (--arms including them)")
-    return {f: labels[oracle[f]] for f in families if f in FAMILIES}
-
-
-def check_arms(arms, num_workers: int) -> None:
-    """Build every arm's policy for ``num_workers`` workers before any run; a
-    ValueError names the arm and the problem (e.g. a rule ksync does not have yet)."""
-    for a in arms:
-        try:
-            a.arm.make_policy().rule(num_workers)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"arm {a.arm.label} ({a.arm.policy!r}): {err}") from None
 
 
 def injected_us_per_sample(framework_step_s: float, batch_size: int, fastest_speed: float,
@@ -278,102 +129,6 @@ def framework_cost_in_runs(results, speeds, batch_size: int, us_per_sample: floa
     return statistics.median(per_run) if per_run else None
 
 
-# ---- the table --------------------------------------------------------------------------
-
-def _per_seed(results, label):
-    return {r["seed"]: r for r in results if r["policy"] == label}
-
-
-def _tta_key(results, label):
-    """Sort key of an arm: median TTA (never = inf), then median final loss."""
-    runs = list(_per_seed(results, label).values())
-    tta = median_tta([r["tta_s"] for r in runs])
-    losses = [r.get("final_loss") for r in runs if r.get("final_loss") is not None]
-    return (math.inf if tta is None else tta, statistics.median(losses) if losses else math.inf)
-
-
-def oracle_choices(results, arms) -> dict:
-    """Per fixed rule among ``arms``: the label of its best grid value (lowest median
-    time to target over seeds, then lowest final loss); a rule run at one value (tuned
-    beforehand: ``--arms kasync=4``, ``--grid-from-sim``) is tuned at that value.
-
-    >>> runs = [{"policy": "KSync(k=2)", "seed": 0, "tta_s": 9.0},
-    ...         {"policy": "KSync(k=4)", "seed": 0, "tta_s": 7.0}]
-    >>> oracle_choices(runs, bench_arms(["ksync"], 6))
-    {'ksync': 'KSync(k=4)'}
-    """
-    choices = {}
-    for name in dict.fromkeys(a.family for a in arms):
-        labels = [a.arm.label for a in arms if a.family == name]
-        if name in FAMILIES:
-            ran = [label for label in labels if _per_seed(results, label)]
-            if ran:
-                choices[name] = min(ran, key=lambda label: _tta_key(results, label))
-    return choices
-
-
-def arm_row(results, label) -> dict:
-    """The table's numbers for one arm: median TTA with its 90 % bootstrap interval,
-    the ratio to BSP paired by seed with its interval, medians of final loss/accuracy,
-    updates and dropped gradients."""
-    from cluster_sim.report.stats import bootstrap_ci, paired_ratio_ci
-    runs = _per_seed(results, label)
-    bsp = _per_seed(results, SINGLE["bsp"].label)
-    ttas = [runs[s]["tta_s"] for s in sorted(runs)]
-    row = {"arm": label, "seeds": len(runs), "reached": sum(t is not None for t in ttas),
-           "tta": bootstrap_ci(ttas), "ratio": None}
-    common = sorted(set(runs) & set(bsp))
-    if common:
-        try:
-            row["ratio"] = paired_ratio_ci([runs[s]["tta_s"] for s in common],
-                                           [bsp[s]["tta_s"] for s in common])
-        except ValueError:  # no seed where either reached the target
-            pass
-    for key in ("final_loss", "final_accuracy", "version", "dropped"):
-        values = [r.get(key) for r in runs.values() if r.get(key) is not None]
-        row[key] = statistics.median(values) if values else None
-    return row
-
-
-def bench_table(results, arms, title="") -> tuple[str, dict]:
-    """The Markdown table of one scenario (every arm, then the oracle-tuned rows) and
-    its data: ``{"rows", "oracle", "bsp_tta_cv"}``."""
-    from cluster_sim.report.stats import coefficient_of_variation
-    labels = [a.arm.label for a in arms if _per_seed(results, a.arm.label)]
-    rows = [arm_row(results, label) for label in labels]
-    oracle = oracle_choices(results, arms)
-    for name, label in oracle.items():
-        if sum(a.family == name for a in arms) == 1:
-            continue  # run at one value: its own row is the tuned one
-        family = FAMILIES[name].label.split("(")[0]
-        rows.append(dict(arm_row(results, label), arm=f"{family} oracle-tuned = {label}",
-                         oracle=name))
-    bsp = _per_seed(results, SINGLE["bsp"].label)
-    cv = coefficient_of_variation([bsp[s]["tta_s"] for s in sorted(bsp)]) if bsp else None
-    fmt = lambda v, f: "-" if v is None else format(v, f)
-    body = [[r["arm"], format_interval(*r["tta"], ".1f"), f"{r['reached']}/{r['seeds']}",
-             "-" if r["ratio"] is None else format_interval(*r["ratio"][:3], ".2f"),
-             fmt(r["final_loss"], ".3f"), fmt(r["final_accuracy"], ".3f"),
-             fmt(r["version"], ".0f"), fmt(r["dropped"], ".0f")] for r in rows]
-    header = ["arm", "TTA s [90% CI]", "reached", "TTA/BSP paired [90% CI]", "final loss",
-              "final acc", "updates", "dropped"]
-    cv_text = ("BSP's TTA coefficient of variation: " +
-               ("- (fewer than two seeds)" if cv is None or math.isnan(cv) else
-                "inf (a seed missed the target)" if math.isinf(cv) else f"{100 * cv:.1f} %"))
-    text = "\n".join(([f"### {title}", ""] if title else []) +
-                     [markdown_table_rows(header, body), "", cv_text])
-    return text, {"rows": rows, "oracle": oracle, "bsp_tta_cv": cv}
-
-
-def table_and_verdict(results, arms, title="") -> str:
-    """`bench_table`'s Markdown and the report's plain-language verdict under it
-    (`cluster_sim.report.verdict`): what a short version of the benchmark (the demo)
-    prints after `run_matrix`."""
-    from cluster_sim.report import summarise, verdict
-    text, _data = bench_table(results, arms, title)
-    return f"{text}\n\n{verdict(summarise(results))}"
-
-
 # ---- running the matrix -----------------------------------------------------------------
 
 def _allocation(arm: Arm, config, n):
@@ -391,6 +146,7 @@ def simulate_arm(arm: Arm, sim_config, data, run_config) -> dict:
     """One simulated run of ``arm`` (labelled as the harness labels it)."""
     from cluster_sim.sim import Simulation
     started = time.perf_counter()
+    sim_config = sim_config.with_step_size(arm.step_size(sim_config))
     sim = Simulation(arm.make_policy(), sim_config, data,
                      **_allocation(arm, run_config, sim_config.num_workers))
     result = sim.run()
@@ -402,7 +158,8 @@ def simulate_arm(arm: Arm, sim_config, data, run_config) -> dict:
 def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=None,
                data=None, progress=None, on_result=None, store=None,
                deadline=None, jobs=1) -> list[dict]:
-    """Every arm for seeds ``0 .. seeds - 1``, interleaved seed by seed: on ``cluster``
+    """Every arm for each of ``seeds`` (a list, or a count: ``0 .. seeds - 1``),
+    interleaved seed by seed: on ``cluster``
     (real, `cluster_sim.harness.run.run_arm`) or, with ``sim_config``, simulated
     (in ``jobs`` processes when above 1). ``progress(label, seed)`` returns a per-run
     progress callback (or None); ``on_result(result)`` is called after each run. Runs
@@ -411,12 +168,15 @@ def run_matrix(arms, scenario, seeds, run_config, *, cluster=None, sim_config=No
     (`time.monotonic`), so the results may be fewer than ``len(arms) * seeds``. The
     results are in matrix order (seed by seed, arms in order) however they ran."""
     data = data if data is not None else load_data(scenario)
-    slots = [(seed, a) for seed in range(seeds) for a in arms]
+    seeds = range(seeds) if isinstance(seeds, int) else seeds
+    slots = [(seed, a) for seed in seeds for a in arms]
     done = {}
 
     def finish(seed, a, r, new=True):
         if new:
             r["family"], r["grid_value"] = a.family, a.value
+            step = a.arm.learning_rate  # None: the scenario's (the store's conditions)
+            r["learning_rate"] = None if step is None else dataclasses.asdict(step)
             if store is not None:
                 store.add(r)
         done[seed, a.arm.label] = r
@@ -552,13 +312,29 @@ def _stored_sim_costs(out) -> dict | None:
     return None
 
 
-def _grid_note(args, values) -> str:
-    """The table's line saying where its single grid values came from ("" for none)."""
+def _grid_note(args, values, tune_seeds=()) -> str:
+    """The table's line saying where its tuned settings came from ("" for none)."""
     if not values:
         return ""
-    how = ("tuned in the simulator" if args.grid_from_sim else
+    seeds = f" on seeds {_seed_text(tune_seeds)}" if tune_seeds else ""
+    how = ("tuned in the simulator" + seeds if args.grid_from_sim else
+           f"tuned{seeds}, not among the reported seeds" if tune_seeds else
            f"tuned in {args.tuned_from}" if args.tuned_from else "pinned by --arms")
-    return f"\n\nGrid values {how}: {values}"
+    return f"\n\nSettings {how}: " + ", ".join(
+        getattr(spec, "described", spec.text) for spec in values.values())
+
+
+def _settings(tuned) -> dict:
+    """``tuned`` (`ArmSpec`s by rule) as results.json keeps it for `tuned_from`."""
+    return {name: {"value": s.value, "lr": s.lr, "momentum": s.momentum,
+                   "edges": list(getattr(s, "edges", ()))} for name, s in tuned.items()}
+
+
+def _seed_text(seeds) -> str:
+    seeds = list(seeds)
+    if seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+    return ",".join(map(str, seeds))
 
 
 def _scenario_name(name: str) -> str:
@@ -620,19 +396,44 @@ def _sim_config(costs, scenario, run_config, data, workers):
                                stop_at_target=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class TunedSpec(ArmSpec):
+    """A rule's chosen setting and where it sat in its grid (`grid_edges`): a choice at
+    an edge may not be the best, the grid should be wider."""
+
+    edges: tuple = ()
+
+    @property
+    def described(self) -> str:
+        """``bsp@0.1 (at the grid's edge: lr highest)``."""
+        return self.text + (f" (at the grid's edge: {', '.join(self.edges)})"
+                            if self.edges else "")
+
+
 def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log, jobs=1) -> dict:
-    """The best grid value of each fixed rule among ``arms``, simulated on
-    ``scenario`` with ``costs`` over ``seeds`` seeds."""
-    grid = [a for a in arms if a.family in FAMILIES]
-    if not grid:
-        return {}
+    """The best setting (an `ArmSpec`) of each rule with a grid among ``arms``,
+    simulated on ``scenario`` with ``costs`` over ``seeds``."""
     config = _sim_config(costs, scenario, run_config, data, scenario.num_workers)
-    results = run_matrix(grid, scenario, seeds, run_config, sim_config=config, data=data,
-                         jobs=jobs)
-    choices = oracle_choices(results, grid)
-    tuned = {name: next(a.value for a in grid if a.arm.label == label)
-             for name, label in choices.items()}
-    log("tuned in the simulator: " + ", ".join(f"{k} -> {v}" for k, v in tuned.items()))
+    return _tune(arms, scenario, run_config, seeds, log, "tuned in the simulator",
+                 sim_config=config, data=data, jobs=jobs)
+
+
+def _tune(arms, scenario, run_config, seeds, log, what, **matrix) -> dict:
+    """Each rule's chosen setting among ``arms`` (`ArmSpec`s by rule) after running
+    them over the tuning ``seeds`` (`run_matrix` with ``matrix``)."""
+    chosen = [a for a in arms if not a.linear and sum(
+        b.family == a.family and not b.linear for b in arms) > 1]
+    if not chosen:
+        return {}
+    results = run_matrix(chosen, scenario, seeds, run_config, **matrix)
+    oracle = oracle_choices(results, chosen)
+    tuned = {name: ArmSpec(name, s["value"], s["lr"], s["momentum"])
+             for name, s in oracle_settings(oracle, chosen).items()}
+    # The reported matrix runs one setting per rule: say here where a grid was too narrow.
+    edges = {name: grid_edges(chosen, label) for name, label in oracle.items()}
+    tuned = {name: TunedSpec(*dataclasses.astuple(spec), edges=tuple(edges[name]))
+             for name, spec in tuned.items()}
+    log(f"{what}: " + ", ".join(spec.described for spec in tuned.values()))
     return tuned
 
 
@@ -648,7 +449,7 @@ def _calibration(real, arms, scenario, run_config, costs, data, jobs=1) -> str:
         _sim_config(costs, scenario, run_config, data, scenario.num_workers),
         stop_at_target=False)  # on past the target: the time to each real run's version
     simulated = run_matrix([a for a in arms if any(a.arm.label == p for p, _ in made)],
-                           scenario, 1 + max(s for _, s in made), run_config,
+                           scenario, sorted({s for _, s in made}), run_config,
                            sim_config=config, data=data, jobs=jobs)
     simulated = [r for r in simulated if (r["policy"], r["seed"]) in made]
     for run in simulated:  # the harness stops at the target: measure the same stretch
@@ -696,12 +497,26 @@ def run(args) -> int:
     from cluster_sim.cli import prepare_tensorflow
     log = lambda text: print(text, flush=True)
     try:
+        specs = matrix_specs(args.arms)
         families = parse_families(args.arms)
-        pinned = pinned_values(args.arms)
+        lr_grid = parse_lr_grid(args.lr_grid)
+        seeds = parse_seeds(args.seeds, "--seeds")
+        # Tuning seeds count from 100: a choice made on reported seeds flatters it.
+        tune_text = args.tune_seeds or (str(args.sim_seeds) if args.grid_from_sim else None)
+        tune_seeds = parse_seeds(tune_text, "--tune-seeds", start=100) if tune_text else []
+        if set(tune_seeds) & set(seeds):
+            raise ValueError(f"--tune-seeds and --seeds share seeds "
+                             f"{sorted(set(tune_seeds) & set(seeds))}: a choice made on "
+                             "reported seeds flatters it; e.g. --tune-seeds 100-102 --seeds 0-9")
+        if tune_seeds and args.tuned_from:
+            raise ValueError("--tune-seeds and --tuned-from both choose the settings; give one")
+        if tune_seeds and not (args.simulate or args.grid_from_sim):
+            raise ValueError("real runs tune in the simulator: add --grid-from-sim (it runs "
+                             "the grids on --tune-seeds), or --simulate")
         names = [s.strip() for s in args.scenario.split(",") if s.strip()]
         workers = [int(w) for w in str(args.workers).split(",") if w.strip()]
-        if not names or args.seeds < 1 or not workers or min(workers) < 1:
-            raise ValueError("need --scenario, --seeds >= 1 and --workers >= 1")
+        if not names or not workers or min(workers) < 1:
+            raise ValueError("need --scenario and --workers >= 1")
         if args.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
         if args.tuned_from and args.grid_from_sim:
@@ -719,19 +534,20 @@ def run(args) -> int:
                      "gate_latency_s": 0.0, "framework_step_s": 0.0}
         else:
             costs = None
-        tuned = {}  # (scenario, workers): grid values, from --tuned-from and --arms
+        tuned = {}  # (scenario, workers): ArmSpecs by rule, from --tuned-from
         for name, scenario in scenarios.items():
             for n in (workers if args.simulate else [scenario.num_workers]):
-                tuned[name, n] = {**(tuned_from(args.tuned_from, name, n, families,
-                                                real=not args.simulate)
-                                     if args.tuned_from else {}), **pinned}
-                check_arms(bench_arms(families, n, tuned[name, n]), n)
+                tuned[name, n] = (tuned_from(args.tuned_from, name, n, families,
+                                             real=not args.simulate)
+                                  if args.tuned_from else {})
+                check_arms(_arms(specs, n, scenario, lr_grid, tuned[name, n]), n)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"argv": command_line(), "seeds": args.seeds, "arms": families,
+    meta = {"argv": command_line(), "seeds": seeds, "tune_seeds": tune_seeds,
+            "arms": [s.text for s in specs], "lr_grid": lr_grid,
             "simulate": bool(args.simulate)}
     summary = {"meta": meta, "scenarios": {}}
     sections = []
@@ -777,17 +593,22 @@ def run(args) -> int:
                     return 2
                 plan.append((name, n, scenario, us, run_config, data, config, store))
         for name, n, scenario, us, run_config, data, config, store in plan:
-            arms = bench_arms(families, n, tuned[name, n])
-            total = len(arms) * args.seeds
-            held = sum(store.get(a.arm.label, s) is not None
-                       for s in range(args.seeds) for a in arms)
+            if tune_seeds:
+                tuned[name, n] = _tune(
+                    _arms(specs, n, scenario, lr_grid), scenario, run_config, tune_seeds,
+                    log, f"{name} on {n} workers, tuned on seeds {_seed_text(tune_seeds)}",
+                    sim_config=config, data=data, jobs=args.jobs, store=store,
+                    deadline=deadline)
+            arms = _arms(specs, n, scenario, lr_grid, tuned[name, n])
+            total = len(arms) * len(seeds)
+            held = sum(store.get(a.arm.label, s) is not None for s in seeds for a in arms)
             log(f"simulating {scenario.name} on {n} workers: {len(arms)} arms x "
-                f"{args.seeds} seed(s)"
+                f"{len(seeds)} seed(s)"
                 + (", compute before the read" if args.compute_before_read else "")
                 + (f"; {held} run(s) already in {store.directory}" if held else ""))
             results = _with_bar(total, f"{name} n={n}",
                                 lambda bar: run_matrix(
-                                    arms, scenario, args.seeds, run_config,
+                                    arms, scenario, seeds, run_config,
                                     sim_config=config, data=data, jobs=args.jobs,
                                     on_result=lambda r: bar.update(1), store=store,
                                     deadline=deadline))
@@ -795,11 +616,12 @@ def run(args) -> int:
             text, data_ = _write(out, f"{name}_sim{n}", results, arms, scenario,
                                  meta, {"costs": costs, "us_per_sample": us}, title)
             missing = total - len(results)
-            text += _grid_note(args, tuned[name, n])
+            text += _grid_note(args, tuned[name, n], tune_seeds)
             text += _incomplete(missing, total, store.directory, log)
             sections.append(text)
-            summary["scenarios"][f"{name}@{n}"] = dict(data_, us_per_sample=us,
-                                                       missing_runs=missing)
+            summary["scenarios"][f"{name}@{n}"] = dict(
+                data_, us_per_sample=us, missing_runs=missing,
+                tuned_settings=_settings(tuned[name, n]))
             log("\n" + text + "\n")
     else:
         from cluster_sim.local_cluster import LocalCluster
@@ -828,29 +650,29 @@ def run(args) -> int:
                 except ValueError as err:
                     print(f"error: {err}", file=sys.stderr)
                     return 2
-                chosen = (_tune_in_sim(bench_arms(families, scenario.num_workers, pinned),
-                                       scenario, run_config, costs, data, args.sim_seeds,
-                                       log, args.jobs)
-                          if args.grid_from_sim else tuned[name, scenario.num_workers] or None)
-                arms = bench_arms(families, scenario.num_workers, chosen)
-                todo = [a for s in range(args.seeds) for a in arms
-                        if store.get(a.arm.label, s) is None]
+                n = scenario.num_workers
+                chosen = (_tune_in_sim(_arms(specs, n, scenario, lr_grid), scenario,
+                                       run_config, costs, data, tune_seeds, log, args.jobs)
+                          if args.grid_from_sim else tuned[name, n])
+                arms = _arms(specs, n, scenario, lr_grid, chosen)
+                todo = [a for s in seeds for a in arms if store.get(a.arm.label, s) is None]
                 estimate = _estimate_s(todo, scenario, run_config, costs, data, args.jobs)
-                log(f"{scenario.summary()}\n{len(arms)} arms x {args.seeds} seed(s), "
-                    f"{len(arms) * args.seeds - len(todo)} run(s) already in {store_dir}; "
+                log(f"{scenario.summary()}\n{len(arms)} arms x {len(seeds)} seed(s), "
+                    f"{len(arms) * len(seeds) - len(todo)} run(s) already in {store_dir}; "
                     f"the other {len(todo)} estimated {estimate / 60:.0f} min (simulated "
                     "with the probed costs)")
                 results = run_matrix(
-                    arms, scenario, args.seeds, run_config, cluster=cluster, data=data,
+                    arms, scenario, seeds, run_config, cluster=cluster, data=data,
                     progress=lambda label, seed: TargetBar(f"{label:>18} s{seed}", run_config,
                                                            targets(run_config, data)["target_loss"]),
                     store=store, deadline=deadline)
                 import gc
                 gc.collect()  # free the strategies' functions while the servers answer
-            missing = len(arms) * args.seeds - len(results)
+            missing = len(arms) * len(seeds) - len(results)
             title = f"{scenario.name}, real, {scenario.num_workers} workers"
             text, data_ = _write(out, name, results, arms, scenario, meta,
-                                 {"costs": costs, "us_per_sample": us, "tuned_in_sim": chosen},
+                                 {"costs": costs, "us_per_sample": us,
+                                  "tuned_in_sim": {k: s.text for k, s in chosen.items()}},
                                  title)
             # Where speeds move, step time minus the compute at the t=0 speeds would
             # count the slowdowns as framework cost.
@@ -862,15 +684,17 @@ def run(args) -> int:
                          f"workers' step time minus their injected compute, speeds at "
                          f"t=0): {1e3 * in_runs:.1f} ms; the injected "
                          f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
-            text += _grid_note(args, chosen)
-            text += _incomplete(missing, len(arms) * args.seeds, store_dir, log)
+            text += _grid_note(args, chosen, tune_seeds)
+            text += _incomplete(missing, len(arms) * len(seeds), store_dir, log)
             if results and not args.no_calibration:
                 calibration = _calibration(results, arms, scenario, run_config, costs, data,
                                            args.jobs)
                 text += "\n\n" + calibration
                 (out / f"{name.replace('/', '_')}_calibration.txt").write_text(calibration)
             sections.append(text)
-            summary["scenarios"][name] = dict(data_, us_per_sample=us, tuned_in_sim=chosen,
+            summary["scenarios"][name] = dict(data_, us_per_sample=us,
+                                              tuned_settings=_settings(chosen),
+                                              tuned_in_sim={k: s.text for k, s in chosen.items()},
                                               missing_runs=missing)
             log("\n" + text + "\n")
     from cluster_sim.report.writer import json_safe
@@ -879,6 +703,12 @@ def run(args) -> int:
                                   "\n\n" + "\n\n".join(sections) + "\n")
     log(f"results: {out / 'results.json'}, table: {out / 'bench.md'}")
     return 0
+
+
+def _arms(specs, n, scenario, lr_grid, tuned=None):
+    """The matrix's arms on ``n`` workers of ``scenario`` (its learning rate the base)."""
+    return bench_arms(specs, n, tuned, lr_grid=lr_grid, batch_size=scenario.batch_size,
+                      base=LearningRate(scenario.learning_rate, momentum=scenario.momentum))
 
 
 def _us_per_sample(scenario, costs, args, log) -> float:
@@ -925,11 +755,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "homogeneous, static, slow3x, trace, colocated, "
                              "colocated_usage, pause, churn) or TOML files")
     parser.add_argument("--arms", default="all",
-                        help=f"comma-separated arms or 'all': {', '.join(ORDER)} (grids "
-                             "for ssp, ksync, kasync, backup, rennala, ringmaster, "
-                             "syncswitch, ashl; NAME=VALUE runs that value only, e.g. "
-                             "kasync=64)")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+                        help=f"comma-separated arms or 'all': {', '.join(ORDER)}; "
+                             f"{SPEC_HELP}. A rule with a parameter given none runs its "
+                             "grid (ssp, ksync, kasync, backup, rennala, ringmaster, "
+                             "syncswitch, ashl); BSP always runs (every ratio is to it)")
+    parser.add_argument("--lr-grid", default=None, metavar="auto|LR,LR,...",
+                        help="also tune each rule's learning rate (all but Adaptive, which "
+                             "gets the scenario's): 'auto' (a factor-2 grid from the "
+                             "scenario's rate / 8 to twice its linear scaling) or the "
+                             "rates; momentum 0.9, 0.5 and 0 for the rules that apply every "
+                             "gradient; and each rule's linear-scaling arm (NAME@linear). "
+                             "The table flags a choice at an edge of its grid")
+    parser.add_argument("--seeds", default="3",
+                        help="reported seeds: a count (3: seeds 0-2, the default), a range "
+                             "(0-9) or a list (0,5,7)")
+    parser.add_argument("--tune-seeds", default=None, metavar="SEEDS",
+                        help="choose each rule's setting (grid value, learning rate, "
+                             "momentum) on these seeds (a count from 100 on: 3 is 100-102; "
+                             "a range; a list), then run only the "
+                             "chosen ones on --seeds, which must not share any; with "
+                             "--grid-from-sim the simulator's tuning seeds")
     parser.add_argument("--jobs", type=int, default=1,
                         help="simulations in this many processes at once (--simulate, the "
                              "--grid-from-sim tuning and the calibration; default 1). Not "
@@ -946,7 +791,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "matrix (its --out DIR, e.g. a 3-seed screen of every grid) "
                              "found best on the same scenario and worker count")
     parser.add_argument("--sim-seeds", type=int, default=3,
-                        help="seeds of the --grid-from-sim tuning (default 3)")
+                        help="without --tune-seeds: --grid-from-sim tunes on this many "
+                             "seeds from 100 on, none of them reported (default 3)")
     parser.add_argument("--costs", default="probe",
                         help="framework costs: 'probe' (measure on the real cluster, "
                              "default), 'none' (zero; simulator only) or a results.json "

@@ -5,7 +5,8 @@ slows them as the scenario says (built-in ``demo``: relative speeds 1, 1, 0.5, 0
 the benchmark's teacher task, to a nearer target than the benchmark's), and trains
 each arm for each seed, arms interleaved seed by seed with the same initial weights and
 data order (`cluster_sim.cli.bench_policies.run_matrix`). Prints the benchmark's table
-(median time to target with a 90 % bootstrap interval, the ratio to BSP paired by seed)
+(median time to target with its range over seeds, a 90 % interval from 5 seeds, the
+ratio to BSP paired by seed)
 and a verdict: which rule won, by how much, and whether the seeds separate it from BSP
 and from the next fastest. Writes results.json, curves.csv, report.md and plots.
 
@@ -14,6 +15,7 @@ Example:
 ```
 python -m cluster_sim demo                                  # 4 rules x 3 seeds
 python -m cluster_sim demo --scenario static --arms all --seeds 1   # digits, 4 workers
+python -m cluster_sim demo --arms bsp@0.1,asp@0.02/0.5,adaptive   # each its own rate
 ```
 """
 
@@ -25,6 +27,8 @@ import sys
 import time
 
 from cluster_sim.cli import command_line, prepare_tensorflow
+from cluster_sim.harness.arms import ARMS, SPEC_HELP, ArmSpec, parse_arm_specs
+from cluster_sim.cli.arm_grid import BenchArm, check_arms
 from cluster_sim.scenarios import builtin_names
 
 DEFAULT_ARMS = "bsp,asp,kasync,adaptive"
@@ -37,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", help="trace directory for the trace scenario "
                                          "(default: the vendored sample)")
     parser.add_argument("--arms", default=DEFAULT_ARMS,
-                        help=f"comma-separated contenders, or 'all' (default {DEFAULT_ARMS})")
+                        help=f"comma-separated contenders, or 'all' (default "
+                             f"{DEFAULT_ARMS}); {SPEC_HELP}")
     parser.add_argument("--seeds", type=int, default=3,
                         help="seeds per arm (default 3; one seed cannot separate the rules)")
     parser.add_argument("--max-pushes", type=int, help="override the scenario's push budget")
@@ -50,11 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     prepare_tensorflow()
-    from cluster_sim.harness.config import ARMS, RunConfig, load_data, parse_arms, targets
+    from cluster_sim.harness.config import RunConfig, load_data, targets
     from cluster_sim.scenarios import load_scenario
+    from ksync.learning_rate import LearningRate
 
     try:
-        names = parse_arms(args.arms)
+        specs = ([ArmSpec(name) for name in ARMS] if args.arms.strip() == "all"
+                 else parse_arm_specs(args.arms))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -65,25 +72,26 @@ def run(args) -> int:
         scenario = load_scenario(args.scenario, traces_dir=args.traces)
         if args.blackbox:
             scenario = dataclasses.replace(scenario, inject="sigstop")
-        for name in names:
-            ARMS[name].make_policy().rule(scenario.num_workers)
+        overrides = {"max_pushes": args.max_pushes} if args.max_pushes else {}
+        config = RunConfig.from_scenario(scenario, **overrides)
+        base = LearningRate(config.learning_rate, momentum=config.momentum)
+        arms = [BenchArm(s.name, s.arm(scenario.num_workers, base, config.batch_size),
+                         s.value, s) for s in specs]
+        check_arms(arms, scenario.num_workers)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    overrides = {"max_pushes": args.max_pushes} if args.max_pushes else {}
-    config = RunConfig.from_scenario(scenario, **overrides)
     data = load_data(scenario)
     target = targets(config, data)
 
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from cluster_sim.cli.bench_policies import (BenchArm, framework_cost_in_runs, run_matrix,
+    from cluster_sim.cli.bench_policies import (framework_cost_in_runs, run_matrix,
                                                 table_and_verdict)
     from cluster_sim.harness.progress import TargetBar
     from cluster_sim.local_cluster import LocalCluster
     from cluster_sim.report import write_report
 
-    arms = [BenchArm(name, ARMS[name]) for name in names]
     out = pathlib.Path(args.out)
     goal = (f"validation loss {target['target_loss']}" if target["target_loss"] is not None
             else f"validation accuracy {target['target_accuracy']}")

@@ -205,7 +205,7 @@ def _report(runs, meta) -> None:
     rows = []
     for name in runs:
         rate, cpu = med(name, lambda r: r[0]), med(name, lambda r: r[1]["total"])
-        # Paired by run: each run's ratio to the stock run beside it, bootstrapped.
+        # Paired by run: each run's ratio to the stock run beside it.
         ratio, low, high, _ = paired_ratio_ci([r[1]["total"] for r in runs[name]],
                                               stock_cpus)
         roles = [med(name, lambda r, role=role: r[1][role]) for role in ROLES]
@@ -218,12 +218,13 @@ def _report(runs, meta) -> None:
     repeats = len(runs["stock"])
     print(f"\n1 PS, {meta['workers']} workers, digits MLP 64-32-10, batch {BATCH} per worker, "
           f"{meta['steps']} timed steps per run, median of {repeats} interleaved runs:")
-    print(text_table(["config", "steps/s", "vs stock", "CPU ms/step", "vs stock (90% CI)",
+    print(text_table(["config", "steps/s", "vs stock", "CPU ms/step", "vs stock [interval]",
                       "chief ms (vs stock)", "workers ms", "ps ms", "gate reads/step",
                       "refreshes/step"], rows))
     print("CPU ms are per step, summed over the job's processes; the chief's include "
-          "Keras' dispatch and the coordinator's threads. 'vs stock (90% CI)': median of "
-          "each run's CPU ratio to the stock run of the same repeat, bootstrap interval.")
+          "Keras' dispatch and the coordinator's threads. 'vs stock': each run's CPU ratio "
+          "to the stock run of the same repeat, under 5 repeats their median and range, "
+          "from 5 their geometric mean and 90% CI (cluster_sim.report.stats.seed_interval).")
     _print_reads(runs)
     _print_parts(runs)
     _print_allocation(runs)
@@ -286,9 +287,9 @@ def _print_allocation(runs) -> None:
                      f"{1e3 * statistics.median(per_sample[equal]):.0f}",
                      f"{cpu:.3f} [{cpu_low:.2f}, {cpu_high:.2f}]"])
     _print_table("Batch allocation against equal batches, same rule, homogeneous workers "
-                 "(paired by repeat, 90% CI):",
-                 ["arms", "samples/s alloc", "equal", "ratio (90% CI)",
-                  "CPU us/sample alloc", "equal", "ratio (90% CI)"], rows)
+                 "(paired by repeat; a range under 5 repeats, a 90% CI from 5):",
+                 ["arms", "samples/s alloc", "equal", "ratio [interval]",
+                  "CPU us/sample alloc", "equal", "ratio [interval]"], rows)
 
 
 def _print_table(title, headers, rows) -> None:

@@ -12,7 +12,7 @@ Example:
 
 ```
 python -m cluster_sim simulate --workers 64 --scenario trace \\
-    --traces ../shared/traces/alibaba_pai --policies bsp,asp,adaptive --seeds 3 --out runs/sim
+    --traces ../shared/traces/alibaba_pai --arms bsp@0.4,asp@0.01,adaptive --seeds 3 --out runs/sim
 ```
 
 or from Python:
@@ -32,6 +32,7 @@ import time
 
 import ksync
 from cluster_sim.cli import command_line
+from cluster_sim.harness.arms import CONTENDERS, SPEC_HELP, Arm, parse_arm_specs
 from cluster_sim.report import format_table, verdict, write_report
 from cluster_sim.sim import SimConfig, Simulation
 from cluster_sim.sim.speeds import SYNTHETIC, make_speed_model
@@ -39,13 +40,18 @@ from cluster_sim.sim.speeds import SYNTHETIC, make_speed_model
 __all__ = ["run_policies", "add_arguments", "config_from_args", "run"]
 
 DEFAULT_POLICIES = "bsp,asp,adaptive"
+#: The contenders this command simulates: those without batch allocation (``bench
+#: policies --simulate`` runs those too).
+CHOICES = tuple(name for name, c in CONTENDERS.items() if not c.allocation)
 
 
 def run_policies(policy_specs, config: SimConfig, seeds=1, data=None,
                  progress=True) -> list[dict]:
     """Simulate every policy for seeds ``config.seed .. config.seed + seeds - 1``.
 
-    Each run is labelled by its policy spec, as in the harness.
+    Each item is a `cluster_sim.harness.arms.Arm` (labelled and trained with its step
+    size, as the harness does), a `ksync.Policy` or a `ksync.parse` spec (labelled by
+    the spec).
     """
     from cluster_sim.workloads import digits
     results = []
@@ -54,14 +60,20 @@ def run_policies(policy_specs, config: SimConfig, seeds=1, data=None,
         run_config = dataclasses.replace(config, seed=seed)
         run_data = data or digits(seed=seed)
         for spec in policy_specs:
-            policy = ksync.parse(spec) if isinstance(spec, str) else spec
-            sim = Simulation(policy, run_config, run_data)
+            arm_config = run_config
+            if isinstance(spec, Arm):
+                arm_config = run_config.with_step_size(spec.step_size(run_config))
+                policy = spec.make_policy()
+            else:
+                policy = ksync.parse(spec) if isinstance(spec, str) else spec
+            sim = Simulation(policy, arm_config, run_data)
             bar = _Bar() if progress else None
             started = time.perf_counter()
             result = sim.run(progress=bar.start(sim, spec, seed) if bar else None)
             result["sim_run_s"] = time.perf_counter() - started
-            if isinstance(spec, str):
-                result["policy"] = spec  # as the harness labels its runs
+            if isinstance(spec, (str, Arm)):
+                # As the harness labels its runs.
+                result["policy"] = spec.label if isinstance(spec, Arm) else spec
             if bar:
                 bar.close(result)
             results.append(result)
@@ -122,9 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mixture: fraction of straggling steps")
     parser.add_argument("--slow-mean", type=float, default=d.slow_mean,
                         help="mixture: mean slowdown factor of a straggling step")
-    parser.add_argument("--policies", default=DEFAULT_POLICIES,
-                        help="comma-separated policies, options after ':' separated by ';' "
-                             f"(e.g. 'ksync:k=8,ssp:max_staleness=4'); default {DEFAULT_POLICIES}")
+    parser.add_argument("--arms", "--policies", dest="arms", default=DEFAULT_POLICIES,
+                        help=f"comma-separated arms ({', '.join(CHOICES)}) or 'all'; "
+                             f"{SPEC_HELP}; default {DEFAULT_POLICIES}")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per policy (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--batch-size", type=int, default=d.batch_size,
@@ -139,9 +151,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ps-service", type=float, default=d.ps_service_s,
                         help="seconds the PS spends per push, one push at a time")
     parser.add_argument("--learning-rate", type=float, default=d.learning_rate,
-                        help=f"SGD learning rate (default {d.learning_rate:g})")
+                        help=f"SGD learning rate of the arms without their own @LR (default "
+                             f"{d.learning_rate:g})")
     parser.add_argument("--momentum", type=float, default=d.momentum,
-                        help=f"SGD momentum (default {d.momentum:g})")
+                        help=f"SGD momentum of the arms without their own /MOMENTUM (default "
+                             f"{d.momentum:g})")
     parser.add_argument("--target-accuracy", type=float, default=d.target_accuracy,
                         help="test accuracy that ends a run and defines its time to "
                              f"target (default {d.target_accuracy:g})")
@@ -186,18 +200,18 @@ def run(args) -> int:
     try:
         config = config_from_args(args)
         config.check()
-        specs = [s for s in args.policies.split(",") if s.strip()]
-        if not specs:
-            raise ValueError("--policies names no policy")
+        base = config.step_size
+        specs = [s.arm(config.num_workers, base, config.batch_size)
+                 for s in parse_arm_specs(args.arms, CHOICES)]
         for spec in specs:   # fail before any simulation on a bad name or K
-            ksync.parse(spec).rule(config.num_workers)
+            spec.make_policy().rule(config.num_workers)
         speeds = make_speed_model(config.scenario, config.num_workers, config.us_per_sample,
                                   speeds=config.speeds, traces=config.traces).describe()
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"simulating {config.num_workers} workers, {speeds}, policies "
-          f"{', '.join(specs)}, {args.seeds} seed(s)", flush=True)
+    print(f"simulating {config.num_workers} workers, {speeds}, arms "
+          f"{', '.join(a.label for a in specs)}, {args.seeds} seed(s)", flush=True)
     results = run_policies(specs, config, seeds=args.seeds)
     out = pathlib.Path(args.out)
     summaries = write_report(

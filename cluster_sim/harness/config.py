@@ -1,6 +1,6 @@
-"""What a harness run is: its settings (`RunConfig`), the contenders (`Arm`, `ARMS`), the
-workload and the targets. No TensorFlow here, so commands can plan runs (and the
-simulator can mirror them) without importing it.
+"""What a harness run is: its settings (`RunConfig`), the contenders (`Arm`, `ARMS`, from
+`cluster_sim.harness.arms`), the workload and the targets. No TensorFlow here, so
+commands can plan runs (and the simulator can mirror them) without importing it.
 
 Example:
 
@@ -12,7 +12,7 @@ Example:
 
 import dataclasses
 
-import ksync
+from cluster_sim.harness.arms import ARMS, Arm, parse_arms
 from cluster_sim.report.results import EVAL_RELATIVE_GAP
 
 __all__ = ["RunConfig", "Arm", "ARMS", "parse_arms", "load_data", "targets"]
@@ -60,54 +60,6 @@ class RunConfig:
                       target_loss=scenario.target_loss,
                       time_budget_s=scenario.time_budget_s)
         return cls(**dict(values, **overrides))
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    """One contender of a comparison: a policy spec for `ksync.parse` (e.g. "ksync:k=3")
-    and how batch sizes are set: None (equal), "static" (profile then fixed, Chao et
-    al.), "last" (last measured speeds), "forecast" (the shipped GRU forecaster) or
-    "deadline" (what each worker finishes by the fastest's time: Non-blocking SGD)."""
-
-    label: str
-    policy: str
-    allocation: str | None = None
-
-    def make_policy(self):
-        return ksync.parse(self.policy)
-
-
-#: What `python -m cluster_sim demo --arms all` compares.
-ARMS = {
-    "bsp": Arm("BSP", "bsp"),
-    "asp": Arm("ASP", "asp"),
-    "ssp": Arm("SSP(s=3)", "ssp:max_staleness=3"),
-    "ksync": Arm("KSync(k=3)", "ksync:k=3"),
-    "kasync": Arm("KAsync(k=2)", "kasync:k=2"),
-    "backup": Arm("Backup(b=1)", "backup:backups=1"),
-    "adaptive": Arm("Adaptive", "adaptive"),
-    "adaptive+alloc": Arm("Adaptive+alloc", "adaptive", allocation="forecast"),
-    "chao": Arm("Chao static alloc", "bsp", allocation="static"),
-    "lb-bsp": Arm("BSP+alloc(last)", "bsp", allocation="last"),
-    "bsp+forecast": Arm("BSP+alloc(forecast)", "bsp", allocation="forecast"),
-    "nbsgd": Arm("Non-blocking SGD", "bsp", allocation="deadline"),
-    "ashl": Arm("ASHL", "ashl:switch_after=40"),
-    "syncswitch": Arm("Sync-Switch", "syncswitch:switch_after=40"),
-}
-
-
-def parse_arms(text: str) -> list[str]:
-    """Names of `ARMS` from a comma-separated list, or every arm for ``"all"``; raises
-    ValueError naming the unknown ones and the choices.
-
-    >>> parse_arms("bsp, lb-bsp")
-    ['bsp', 'lb-bsp']
-    """
-    names = list(ARMS) if text.strip() == "all" else [a.strip() for a in text.split(",")]
-    unknown = [a for a in names if a not in ARMS]
-    if unknown:
-        raise ValueError(f"unknown arms {unknown}; choose from {sorted(ARMS)} or 'all'")
-    return names
 
 
 def load_data(scenario):

@@ -32,6 +32,7 @@ print(result["tta_s"], result["hardware_efficiency"])
 """
 
 import collections
+import dataclasses
 import time
 
 import tf_keras.callbacks as keras_callbacks
@@ -85,7 +86,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
         model = compile_classifier(
             mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=seed,
                 slowdown=slowdown),
-            keras.optimizers.SGD(config.learning_rate, momentum=config.momentum))
+            keras_sgd(arm.step_size(config)))
     clock = _TrainingClock()
     evaluator = BackgroundEvaluator(
         model, strategy, data, clock, max_updates=config.max_updates,
@@ -138,6 +139,36 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     # report every failed attempt to reach it.
     strategy.shutdown()
     return result
+
+
+def keras_sgd(lr):
+    """tf_keras's SGD training with ``lr`` (a `ksync.learning_rate.LearningRate`)."""
+    import tf_keras as keras
+    return keras.optimizers.SGD(keras_schedule(lr), momentum=lr.momentum)
+
+
+def keras_schedule(lr):
+    """``lr``'s rate as tf_keras takes it: a number, or with a warm-up a schedule of
+    ``optimizer.iterations``, which counts pushes under `strategies.KSyncStrategy`, as
+    the simulator counts them (both evaluate `ksync.learning_rate.LearningRate.at`).
+
+    >>> from ksync.learning_rate import LearningRate
+    >>> float(keras_schedule(LearningRate(0.4, momentum=0.5, start=0.1, warmup_pushes=10))(5))
+    0.25
+    """
+    if not lr.warmup_pushes:
+        return lr.rate
+    import tensorflow as tf
+    import tf_keras as keras
+
+    class Warmup(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return lr.at(tf.cast(step, tf.float32), minimum=tf.minimum)
+
+        def get_config(self):
+            return dataclasses.asdict(lr)
+
+    return Warmup()
 
 
 def _on_point(progress):

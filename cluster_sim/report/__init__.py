@@ -8,8 +8,8 @@
   with the seed-to-seed noise it is judged against;
 * `cluster_sim.report.writer`: `summarise`, `write_report`, `load_results`,
   `format_table`, `version_to_wall`;
-* `cluster_sim.report.stats`: interpolated crossing times, bootstrap intervals over
-  seeds, paired ratios and the coefficient of variation;
+* `cluster_sim.report.stats`: interpolated crossing times, intervals over seeds (a range
+  under 5 seeds), paired ratios and the coefficient of variation;
 * ``python -m cluster_sim report RUN_DIR`` (or ``python -m cluster_sim.report``) rebuilds
   a report from any results.json.
 """

@@ -37,7 +37,8 @@ import numpy as np
 from cluster_sim.report.stats import crossing_time
 
 __all__ = ["SCHEMA_VERSION", "RunResult", "TTA_DEFINITION", "median_tta", "median_of",
-           "curve_tta", "target_reached", "trailing_mean", "EVAL_RELATIVE_GAP", "TTA_WINDOW"]
+           "curve_tta", "target_reached", "trailing_mean", "EVAL_RELATIVE_GAP", "TTA_WINDOW",
+           "rule_name"]
 
 #: Evaluations of a run (harness and simulator alike) are at most this fraction of the
 #: training time (or pushes) so far apart, so at the target crossing consecutive
@@ -226,3 +227,12 @@ def target_reached(curve, target_loss=None, target_accuracy=None,
     return (target_accuracy is not None
             and float(np.mean([p["accuracy"] for p in last])) >= target_accuracy)
 
+
+def rule_name(label: str) -> str:
+    """The rule of a run's label, upper case, without its arguments or step size: the
+    baselines (BSP, ASP) are found by it.
+
+    >>> rule_name("BSP()"), rule_name("bsp"), rule_name("BSP @lr=0.4"), rule_name("BSPThenASP()")
+    ('BSP', 'BSP', 'BSP', 'BSPTHENASP')
+    """
+    return str(label).split(" @")[0].split("(")[0].strip().upper()

@@ -4,7 +4,8 @@ The adaptive-rule issue's questions, answered from the ``results.json`` files th
 ``python -m cluster_sim bench policies`` writes per scenario: in each scenario, the rule's
 time to target against the *oracle-tuned best fixed rule* (BSP, ASP and every fixed
 family at its best grid value there: what a user who hand-tunes gets) and against BSP,
-as ratios paired by seed with 90 % bootstrap intervals; and across scenarios, the
+as ratios paired by seed with their intervals (a range under 5 seeds:
+`cluster_sim.report.stats.seed_interval`); and across scenarios, the
 geometric mean of each arm's median time to target (a fixed family at its tuned value
 per scenario; never reaching the target counts as infinite).
 
@@ -32,7 +33,7 @@ import sys
 import numpy as np
 
 from cluster_sim.report.results import median_tta
-from cluster_sim.report.stats import paired_ratio_ci
+from cluster_sim.report.stats import interval_label, paired_ratio_ci
 from cluster_sim.report.tables import format_interval, markdown_table_rows
 
 #: fixed rules without a grid that count as hand-tunable choices.
@@ -128,10 +129,13 @@ def format_standing(result: dict, arm: str, versus: str | None = None) -> str:
     """Markdown: the per-scenario table and the geometric means."""
     cell = lambda v: "never" if v is None or math.isinf(v) else f"{v:.2f}"  # noqa: E731
     ratio = lambda r: "-" if r is None else format_interval(*r[:3], ".2f")  # noqa: E731
-    other = [f"{arm} / {versus}, paired [90% CI]"] if versus else []
+    entries = result["scenarios"].values()
+    kind = lambda key: interval_label(e.get(key) for e in entries)  # noqa: E731
+    other = [f"{arm} / {versus}, paired [{kind('vs_other')}]"] if versus else []
     table = markdown_table_rows(
         ["scenario", "oracle-tuned best fixed rule", "its TTA s", f"{arm} TTA s",
-         f"{arm} / best, paired [90% CI]", f"{arm} / BSP, paired [90% CI]", *other],
+         f"{arm} / best, paired [{kind('vs_best')}]", f"{arm} / BSP, paired [{kind('vs_bsp')}]",
+         *other],
         [[name, e["best"], cell(e["best_tta"]), cell(e.get("tta")),
           ratio(e.get("vs_best")), ratio(e.get("vs_bsp")),
           *([ratio(e.get("vs_other"))] if versus else [])]

@@ -2,10 +2,11 @@
 
 Which rule reached the target fastest, by how much against BSP and against the next
 fastest rule, and with what confidence: each comparison is the ratio of the two rules'
-times to target paired by seed (same initial weights and data order), its median over
-seeds and a 90 % bootstrap interval (`cluster_sim.report.stats.paired_ratio_ci`). A
-difference counts only when the interval excludes 1; otherwise the verdict says the
-rules are not separated at this many seeds. With one seed there is no interval, and
+times to target paired by seed (same initial weights and data order) with its interval
+(`cluster_sim.report.stats.paired_ratio_ci`: under 5 seeds the median and the range of
+the seeds, from 5 a 90 % interval). A difference counts only when the interval (or
+range) excludes 1; otherwise the verdict says the rules are not separated at this many
+seeds. With one seed there is no interval, and
 the verdict says so.
 
 Example:
@@ -14,7 +15,7 @@ Example:
 >>> print(verdict([{"policy": "BSP", "tta_s": 12.0, "per_seed": runs(10.0, 12.0, 13.0)},
 ...                {"policy": "ASP", "tta_s": 9.0, "per_seed": runs(6.0, 9.0, 10.0)},
 ...                {"policy": "SSP", "tta_s": 9.5, "per_seed": runs(9.0, 9.5, 9.0)}]))
-ASP reached the target fastest: 0.75x BSP's time [0.60, 0.77] (median ratio paired by seed over 3 seeds, 90 % bootstrap interval), faster than BSP beyond seed noise; against the next fastest, SSP: 0.95x [0.67, 1.11], not separated at 3 seeds.
+ASP reached the target fastest: 0.75x BSP's time [0.60, 0.77] (median ratio paired by seed over 3 seeds, [min, max] of them: fewer than 5 seeds give no interval), faster than BSP in every seed; against the next fastest, SSP: 0.95x [0.67, 1.11], not separated at 3 seeds.
 >>> print(verdict([{"policy": "BSP", "tta_s": 12.0, "per_seed": runs(12.0)},
 ...                {"policy": "ASP", "tta_s": 9.0, "per_seed": runs(9.0)}]))
 ASP reached the target fastest, 25 % before BSP; one seed cannot separate the rules (seed-to-seed differences are unmeasured): run --seeds 3 or more before choosing.
@@ -22,6 +23,7 @@ ASP reached the target fastest, 25 % before BSP; one seed cannot separate the ru
 
 from __future__ import annotations
 
+from cluster_sim.report.results import rule_name
 from cluster_sim.report.stats import paired_ratio_ci
 
 __all__ = ["verdict"]
@@ -54,8 +56,7 @@ def verdict(summaries) -> str:
                 "and accuracy, or raise --max-pushes.")
     ranked = sorted(reached, key=lambda s: s["tta_s"])
     best = ranked[0]
-    bsp = next((s for s in summaries if s["policy"].split("(")[0].strip().upper() == "BSP"),
-               None)
+    bsp = next((s for s in summaries if rule_name(s["policy"]) == "BSP"), None)
     seeds = max(len(s["per_seed"]) for s in summaries)
     text = f"{best['policy']} reached the target fastest"
     if seeds < 2:
@@ -77,9 +78,8 @@ def verdict(summaries) -> str:
     elif bsp is not best:
         ratio = _paired(best, bsp)
         cell, pairs = _ratio_text(ratio, " BSP's time")
-        parts.append(f"{text}: {cell} (median ratio paired by seed over {pairs} seeds, "
-                     "90 % bootstrap interval), " +
-                     ("faster than BSP beyond seed noise" if ratio[2] < 1 else
+        parts.append(f"{text}: {cell} ({_how(ratio)}), " +
+                     (_faster(ratio, "than BSP") if ratio[2] < 1 else
                       f"not separated from BSP at {pairs} seeds"))
     else:
         parts.append(f"{text} ({best['tta_s']:.1f} s, median over {seeds} seeds)")
@@ -89,6 +89,24 @@ def verdict(summaries) -> str:
         ratio = _paired(best, runner)
         cell, pairs = _ratio_text(ratio, "")
         parts.append(f"against the next fastest, {runner['policy']}: {cell}, " +
-                     ("faster beyond seed noise" if ratio[2] < 1 else
+                     (_faster(ratio, "") if ratio[2] < 1 else
                       f"not separated at {pairs} seeds"))
     return "; ".join(parts) + "."
+
+
+def _how(ratio) -> str:
+    """What the interval of a paired ratio (`cluster_sim.report.stats.Interval`) is."""
+    n = ratio[3]
+    return {"range": f"median ratio paired by seed over {n} seeds, [min, max] of them: "
+                     "fewer than 5 seeds give no interval",
+            "t": f"geometric mean of the ratios paired by seed over {n} seeds, "
+                 f"{ratio.label} (t on the logs)",
+            "order": f"median ratio paired by seed over {n} seeds, {ratio.label} "
+                     "(order statistics)"}[ratio.kind]
+
+
+def _faster(ratio, than: str) -> str:
+    """A range below 1 says every seed was faster, not that the difference is real."""
+    than = f" {than}" if than else ""
+    return (f"faster{than} in every seed" if ratio.kind == "range"
+            else f"faster{than} beyond seed noise")

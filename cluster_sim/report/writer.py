@@ -43,7 +43,8 @@ import sys
 
 import numpy as np
 
-from cluster_sim.report.results import TTA_DEFINITION, RunResult, median_of, median_tta
+from cluster_sim.report.results import (TTA_DEFINITION, RunResult, median_of, median_tta,
+                                        rule_name)
 from cluster_sim.report.tables import format_cell, markdown_table_rows, text_table
 from cluster_sim.report.verdict import verdict
 
@@ -90,8 +91,9 @@ def _by_policy(results) -> dict[str, list[dict]]:
 
 def _baseline(groups, summaries, name) -> float | None:
     for policy, s in zip(groups, summaries):
-        # Exact name before the arguments: "BSP()" and "bsp" match, "BSPThenASP()" does not.
-        if policy.split("(")[0].strip().upper() == name:
+        # Exact name before the arguments: "BSP()", "bsp" and "BSP @lr=0.4" match,
+        # "BSPThenASP()" does not.
+        if rule_name(policy) == name:
             return s["tta_s"]
     return None
 

@@ -33,6 +33,7 @@ import numpy as np
 
 import ksync
 from ksync.controller import RuleController
+from ksync.learning_rate import LearningRate
 from ksync.noise import RoundNoise
 from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult, curve_tta, target_reached
@@ -92,6 +93,8 @@ class SimConfig:
     batch_size: int = 32
     learning_rate: float = 0.05
     momentum: float = 0.9
+    warmup_from: float | None = None  # the rate at push 0, rising to learning_rate
+    warmup_pushes: int = 0            # over this many pushes (0: no warm-up)
     hidden: tuple = (64, 64)
     target_accuracy: float = 0.93
     target_loss: float | None = None
@@ -107,7 +110,23 @@ class SimConfig:
     same_batch_order: bool = False
     seed: int = 0
 
+    @property
+    def step_size(self) -> LearningRate:
+        """The SGD settings as a `ksync.learning_rate.LearningRate`."""
+        return LearningRate(self.learning_rate, momentum=self.momentum,
+                            start=self.warmup_from, warmup_pushes=self.warmup_pushes)
+
+    def with_step_size(self, lr: LearningRate) -> "SimConfig":
+        """This config training with ``lr`` (an arm's: `cluster_sim.harness.arms.Arm`).
+
+        >>> SimConfig().with_step_size(LearningRate(0.4, momentum=0.5)).step_size.rate
+        0.4
+        """
+        return dataclasses.replace(self, learning_rate=lr.rate, momentum=lr.momentum,
+                                   warmup_from=lr.start, warmup_pushes=lr.warmup_pushes)
+
     def check(self):
+        self.step_size  # a rate <= 0, a momentum outside [0, 1) or a bad warm-up raise
         if not isinstance(self.num_workers, int) or self.num_workers < 1:
             raise ValueError(f"num_workers must be an integer >= 1, got {self.num_workers!r}")
         if self.batch_size < 1 or self.eval_every < 1:
@@ -170,6 +189,7 @@ class Simulation:
                  allocate_every: int = 20, record_batches=False):
         config.check()
         self.config = c = config
+        self.step_size = c.step_size
         self.policy = ksync.get(policy) if isinstance(policy, str) else policy
         if not isinstance(self.policy, ksync.Policy):
             raise TypeError(f"policy must be a ksync.Policy or a name, got {policy!r}")
@@ -335,7 +355,8 @@ class Simulation:
             mean = self.agg / self.agg_samples
             self.noise_sums += self.round_noise.estimate(float(mean @ mean))
             self.round_noise = RoundNoise()
-            self.model.apply(mean.astype(self.model.dtype), c.learning_rate, c.momentum)
+            self.model.apply(mean.astype(self.model.dtype), self.step_size.at(state.pushed),
+                             c.momentum)
             self.agg[:] = 0.0
             self.agg_samples = 0.0
             self.commits += 1

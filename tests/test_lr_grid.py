@@ -1,0 +1,94 @@
+"""Grids over the learning rate (issue 46): which rules get which grid, the edge flag,
+and the tuned race end to end on a tiny simulated scenario (tuning seeds apart from the
+reported ones)."""
+
+import json
+
+import pytest
+
+from cluster_sim.cli.arm_grid import bench_arms, grid_edges, lr_values, oracle_choices
+from cluster_sim.cli.bench_table import bench_table
+from cluster_sim.harness.arms import ArmSpec
+from ksync.learning_rate import LearningRate
+from test_bench_policies import TINY
+
+BASE = LearningRate(0.02, momentum=0.9)
+
+
+def labels(specs, n=8, **kw):
+    return [a.arm.label for a in bench_arms(specs, n, base=BASE, **kw)]
+
+
+def test_each_rule_gets_a_learning_rate_grid_and_its_linear_scaling_arm():
+    # Factor 2 around the base, up to twice the linear scaling (BSP on 8: 0.16 -> 0.32).
+    assert lr_values("auto", 0.02, 8) == (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
+    assert labels(["bsp"], lr_grid=(0.01, 0.1)) == ["BSP @lr=0.01", "BSP @lr=0.1",
+                                                   "BSP @linear=0.16"]
+    # A rule that applies every gradient also gets momentum 0.9, 0.5 and 0.
+    assert labels(["asp"], lr_grid=(0.01,)) == ["ASP @lr=0.01", "ASP @lr=0.01 m=0.5",
+                                               "ASP @lr=0.01 m=0", "ASP @linear=0.02"]
+    assert len(labels(["kasync"], lr_grid=(0.01,))) == 3 * (3 + 1)  # k = 2, 4, 6
+    assert labels(["rennala=8"], lr_grid=(0.01,)) == ["Rennala(B=8) @lr=0.01",
+                                                     "Rennala(B=8) @linear=0.16"]
+    # Adaptive: the base rate only; a spec's own setting is never replaced by a grid.
+    assert labels(["adaptive", ArmSpec("ksync", 2, 0.3)], lr_grid="auto") == [
+        "KSync(k=2) @lr=0.3", "Adaptive"]
+    # A tuned setting replaces the grid; the linear-scaling arm stays beside it.
+    tuned = {"kasync": ArmSpec("kasync", 4, 0.04, 0.5)}
+    assert labels(["kasync"], tuned=tuned, lr_grid="auto") == [
+        "KAsync(k=4) @lr=0.04 m=0.5", "KAsync(k=4) @linear=0.08"]
+
+
+def runs(label, ttas):
+    return [{"policy": label, "seed": s, "tta_s": t} for s, t in enumerate(ttas)]
+
+
+def test_the_table_flags_a_choice_at_the_edge_of_its_grid():
+    arms = bench_arms(["bsp", "ksync=4"], 8, base=BASE, lr_grid=(0.01, 0.02, 0.04))
+    results = (runs("BSP @lr=0.01", [30, 31]) + runs("BSP @lr=0.02", [20, 21]) +
+               runs("BSP @lr=0.04", [25, 26]) + runs("KSync(k=4) @lr=0.01", [30, 30]) +
+               runs("KSync(k=4) @lr=0.02", [20, 20]) + runs("KSync(k=4) @lr=0.04", [10, 11]))
+    assert oracle_choices(results, arms) == {"bsp": "BSP @lr=0.02",
+                                             "ksync": "KSync(k=4) @lr=0.04"}
+    assert grid_edges(arms, "BSP @lr=0.02") == []
+    assert grid_edges(arms, "KSync(k=4) @lr=0.04") == ["lr highest"]
+    text, data = bench_table(results, arms)
+    assert "KSync oracle-tuned = KSync(k=4) @lr=0.04 (at the grid's edge: lr highest)" in text
+    assert "BSP oracle-tuned = BSP @lr=0.02 |" in text
+    # Ratios are to BSP at its best rate, not to a BSP at the shared one.
+    assert data["baseline"] == "BSP @lr=0.02" and "TTA/BSP @lr=0.02 paired" in text
+    assert data["oracle_settings"]["ksync"] == {"value": 4, "lr": 0.04, "momentum": None}
+    assert "one shared rate" not in text
+
+
+def test_the_race_tunes_on_its_own_seeds_and_reports_only_the_choices(tmp_path, capsys):
+    from cluster_sim.__main__ import main
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY)
+    out = tmp_path / "race"
+    command = ["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+               str(scenario), "--workers", "4", "--arms", "ksync=2", "--lr-grid",
+               "0.05,0.1", "--tune-seeds", "1", "--seeds", "1", "--max-pushes", "120",
+               "--out", str(out)]
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    entry = next(iter(json.loads((out / "results.json").read_text())["scenarios"].values()))
+    tuned = entry["tuned_settings"]
+    assert set(tuned) == {"bsp", "ksync"} and tuned["ksync"]["lr"] in (0.05, 0.1)
+    # Two rates: the choice is at an edge either way, and the note says so.
+    assert "(at the grid's edge: lr " in printed
+    assert "not among the reported seeds" in printed
+    rows = [r["arm"] for r in entry["rows"]]
+    assert rows == [f"BSP @lr={tuned['bsp']['lr']:g}", "BSP @linear=0.2",
+                    f"KSync(k=2) @lr={tuned['ksync']['lr']:g}", "KSync(k=2) @linear=0.1"]
+    # The store holds the tuning seed's grid and the reported seed's choices, apart.
+    report = json.loads(next(out.glob("*_sim4/results.json")).read_text())
+    assert {r["seed"] for p in report["policies"] for r in p["per_seed"]} == {0}
+    stored = [json.loads(line) for line in next(out.glob("*_sim4_runs")).joinpath(
+        "runs.jsonl").read_text().splitlines()]
+    assert {r["seed"] for r in stored} == {0, 100}
+    assert {(r["policy"], r["learning_rate"]["rate"]) for r in stored if r["seed"] == 100} \
+        >= {("BSP @lr=0.05", 0.05), ("BSP @lr=0.1", 0.1)}
+    # Tuning on a reported seed is refused, with the fix.
+    assert main(command[:-2] + ["--tune-seeds", "0-1", "--seeds", "2"]) == 2
+    assert "share seeds [0, 1]" in capsys.readouterr().err
