@@ -70,15 +70,27 @@ class MLP:
         """Per-worker gradients of the weighted cross-entropy, shape ``(workers, params)``.
 
         Args:
-          params: flat parameter vector all these workers read.
+          params: flat parameter vector all these workers read (None: the model's own).
           x: ``(workers, batch, features)``; y: ``(workers, batch)`` integer labels.
           weights: ``(workers, batch)`` per-sample loss weights: ``1 / b_j`` for the
             ``b_j`` real samples of worker j (the mean loss of its mini-batch) and 0 for
             padding, so unequal batch sizes share one array.
         """
         m, b, f = x.shape
+        grads = np.empty((m, self.num_params), self.dtype)
+        self.backward(self.params if params is None else params, x.reshape(m * b, f), y,
+                      weights, grads)
+        return grads
+
+    def backward(self, params, x, y, weights, grads, input_gradient: bool = False):
+        """`gradients` on rows already flat: ``x`` is ``(workers * batch, features)``, the
+        workers' batches one after the other, and ``grads`` (``(workers, params)``) is
+        filled in place. With ``input_gradient`` it returns the gradient of the weighted
+        loss with respect to ``x`` (what a layer below the MLP, e.g. embeddings, needs)."""
+        m, rows = grads.shape[0], len(x)
+        b = rows // m
         layers = self.layers(params)
-        acts = [x.reshape(m * b, f)]
+        acts = [x]
         for i, (w, bias) in enumerate(layers):
             z = acts[-1] @ w + bias
             if i < len(layers) - 1:
@@ -89,19 +101,19 @@ class MLP:
         np.exp(logits, out=logits)
         logits /= logits.sum(axis=1, keepdims=True)
         delta = logits  # softmax - onehot, weighted per sample
-        delta[np.arange(m * b), y.reshape(-1)] -= 1.0
+        delta[np.arange(rows), y.reshape(-1)] -= 1.0
         delta *= weights.reshape(-1, 1).astype(self.dtype, copy=False)
-        grads = np.empty((m, self.num_params), self.dtype)
         for i in range(len(layers) - 1, -1, -1):
             wsl, shape, bsl = self._slices[i]
             a = acts[i]
             d3 = delta.reshape(m, b, -1)
             grads[:, wsl] = np.matmul(a.reshape(m, b, -1).transpose(0, 2, 1), d3).reshape(m, -1)
             grads[:, bsl] = d3.sum(axis=1)
-            if i:
+            if i or input_gradient:
                 delta = delta @ layers[i][0].T
+            if i:
                 delta *= a > 0  # ReLU derivative (a is the post-ReLU activation)
-        return grads
+        return delta if input_gradient else None
 
     def apply(self, gradient, learning_rate: float, momentum: float) -> None:
         """One SGD-with-momentum step (Keras semantics) on the model's own parameters."""

@@ -11,7 +11,14 @@ Nothing is downloaded, so the demo and the tests run on a machine without networ
   64). It needs well over 1,000 BSP updates of 256 samples to reach its target
   (`TEACHER_TARGET`: validation loss 0.98) at its training settings
   (`TEACHER_TRAINING`: SGD lr 0.02, momentum 0.9, 8 workers x batch 32).
-* `load(name, seed)`: a workload by name (`WORKLOADS`), as scenario files name them.
+* `ctr`: the held-out workload (issue 46): click-through prediction over hashed
+  categorical fields with Zipf frequencies, embedding tables of 1 M parameters with
+  sparse gradients under a small MLP. Its generator, targets, tf_keras model
+  (`cluster_sim.ctr.embedding_mlp`) and the reasons it is a fair held-out task are in
+  `cluster_sim.ctr`; its numpy twin is `cluster_sim.numpy_ctr.EmbeddingMLP`.
+* `load(name, seed)`: a workload by name (`WORKLOADS`), as scenario files name them;
+  `build_model(data, ...)` and `numpy_model(data, ...)` the tf_keras model and its numpy
+  twin that fit a workload (an MLP, or embeddings + MLP when ``data.layout`` is set).
 
 **Why the teacher task is a fair stand-in for real training.** What a synchronisation
 rule changes is how many updates, of what staleness, training needs, so a stand-in has to
@@ -64,6 +71,9 @@ class Dataset:
     #: What the workload counts as trained: ``{"loss": ..., "accuracy": ...}`` on the
     #: test set, or None when it states no target.
     target: dict | None = None
+    #: How a row of ``x`` is laid out when it is not plain features: a
+    #: `cluster_sim.ctr.CTRLayout` (categorical ids, then dense features) for ``ctr``.
+    layout: object = None
 
     @property
     def num_features(self) -> int:
@@ -212,8 +222,23 @@ def teacher(seed: int = 0, num_features: int = 32, num_classes: int = 10,
     return Dataset(x_tr, y_tr, x_te, y_te, name="teacher", target=dict(TEACHER_TARGET))
 
 
+def ctr(seed: int = 0, train_size: int = 1_000_000, test_size: int = 50_000,
+        **kwargs) -> Dataset:
+    """The click-through workload (`cluster_sim.ctr.generate`; ``kwargs`` go there), with
+    its early target (`cluster_sim.ctr.CTR_TARGETS` has the late one too).
+
+    >>> d = ctr(train_size=1000, test_size=500)
+    >>> d.x_train.shape, d.num_classes, d.layout.num_fields, d.name
+    ((1000, 12), 2, 8, 'ctr')
+    """
+    from cluster_sim.ctr import CTR_TARGET, generate
+    x_tr, y_tr, x_te, y_te, layout, _ = generate(seed, train_size, test_size, **kwargs)
+    return Dataset(x_tr, y_tr, x_te, y_te, name="ctr", target=dict(CTR_TARGET),
+                   layout=layout)
+
+
 #: Workloads by name: what a scenario's ``data = "..."`` and `load` accept.
-WORKLOADS = {"digits": digits, "teacher": teacher}
+WORKLOADS = {"digits": digits, "teacher": teacher, "ctr": ctr}
 
 
 def load(name: str, seed: int = 0, **kwargs) -> Dataset:
@@ -225,7 +250,7 @@ def load(name: str, seed: int = 0, **kwargs) -> Dataset:
     >>> load("mnist")
     Traceback (most recent call last):
     ...
-    ValueError: unknown workload 'mnist'; choose from 'digits', 'teacher' (data is generated or shipped in cluster_sim.workloads, nothing is downloaded)
+    ValueError: unknown workload 'mnist'; choose from 'ctr', 'digits', 'teacher' (data is generated or shipped in cluster_sim.workloads, nothing is downloaded)
     """
     try:
         make = WORKLOADS[name]
@@ -245,6 +270,33 @@ def mlp(num_features: int, num_classes: int, hidden=(32,), seed: int = 0, slowdo
     layers += [keras.layers.Dense(h, activation="relu") for h in hidden]
     layers.append(keras.layers.Dense(num_classes))
     return keras.Sequential(layers)
+
+
+def build_model(data: Dataset, hidden=(64, 64), seed: int = 0, slowdown=None, **kwargs):
+    """The tf_keras model for ``data``: `mlp` over its features, or for a workload with a
+    ``layout`` (``ctr``) `cluster_sim.ctr.embedding_mlp` (``kwargs``: its
+    ``embedding_dim``)."""
+    if data.layout is None:
+        return mlp(data.num_features, data.num_classes, hidden, seed=seed, slowdown=slowdown,
+                   **kwargs)
+    from cluster_sim.ctr import embedding_mlp
+    return embedding_mlp(data.layout, data.num_classes, hidden=hidden, seed=seed,
+                         slowdown=slowdown, **kwargs)
+
+
+def numpy_model(data: Dataset, hidden=(64, 64), seed: int = 0, **kwargs):
+    """`build_model`'s numpy twin: `cluster_sim.numpy_mlp.MLP`, or
+    `cluster_sim.numpy_ctr.EmbeddingMLP` for a workload with a ``layout``.
+
+    >>> type(numpy_model(ctr(train_size=10, test_size=10), (8,))).__name__
+    'EmbeddingMLP'
+    """
+    if data.layout is None:
+        from cluster_sim.numpy_mlp import MLP
+        return MLP(data.num_features, data.num_classes, hidden, seed=seed, **kwargs)
+    from cluster_sim.numpy_ctr import EmbeddingMLP
+    return EmbeddingMLP(data.layout.buckets, data.layout.num_dense, data.num_classes,
+                        hidden=hidden, seed=seed, **kwargs)
 
 
 def compile_classifier(model, optimizer):

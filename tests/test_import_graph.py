@@ -21,7 +21,8 @@ FORBIDDEN = {"ksync": {"strategies", "cluster_sim"}, "predictor": {"strategies",
 # cluster_sim modules by layer: a module may import its own layer and those below.
 LAYERS = [
     ("cluster_sim.scenarios", "cluster_sim.report", "cluster_sim.workloads",
-     "cluster_sim.numpy_mlp", "cluster_sim.netns", "cluster_sim.cpu_profile"),
+     "cluster_sim.numpy_mlp", "cluster_sim.netns", "cluster_sim.cpu_profile",
+     "cluster_sim.ctr", "cluster_sim.numpy_ctr"),
     ("cluster_sim.sim", "cluster_sim.harness", "cluster_sim.local_cluster",
      "cluster_sim.slowdown"),
     ("cluster_sim.cli", "cluster_sim.__main__"),

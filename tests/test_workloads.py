@@ -74,7 +74,7 @@ def test_teacher_rejects_bad_arguments():
 
 
 def test_load_by_name():
-    assert set(WORKLOADS) == {"digits", "teacher"}
+    assert set(WORKLOADS) == {"ctr", "digits", "teacher"}
     d = load("digits")
     assert d.name == "digits" and d.target == {"accuracy": 0.93} and d.num_classes == 10
     t = load("teacher", seed=3, train_size=100, test_size=50)
@@ -82,8 +82,8 @@ def test_load_by_name():
 
 
 def test_unknown_name_says_which_exist():
-    with pytest.raises(ValueError, match="unknown workload 'cifar10'; choose from 'digits', "
-                                         "'teacher'"):
+    with pytest.raises(ValueError, match="unknown workload 'cifar10'; choose from 'ctr', "
+                                         "'digits', 'teacher'"):
         load("cifar10")
 
 
