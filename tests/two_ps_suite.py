@@ -18,7 +18,7 @@ from cluster_sim.workloads import compile_classifier, mlp
 from strategies import KSyncStrategy
 from strategies.checkpoint import PS_FAILURES, wait_for_ps
 
-from test_drop_in import (DATA, TOKENS, check_bsp_equals_single_process_sgd, check_counters,
+from test_drop_in import (DATA, TOKENS, check_bsp_equals_single_process, check_counters,
                           embedding_model, mlp_model, whole_weights)
 
 partitioners = tf.distribute.experimental.partitioners
@@ -135,5 +135,5 @@ def test_a_lost_ps_task_is_reported_to_the_user_while_workers_wait(restarts_ps, 
 def test_bsp_on_sharded_variables_equals_single_process_sgd(cluster_2ps, steps_per_execution,
                                                             make_model):
     """One version is one model: every shard applies every round, none half of one."""
-    check_bsp_equals_single_process_sgd(cluster_2ps, partitioners.FixedShardsPartitioner(2),
-                                        steps_per_execution, make_model)
+    check_bsp_equals_single_process(cluster_2ps, partitioners.FixedShardsPartitioner(2),
+                                    steps_per_execution, make_model)
