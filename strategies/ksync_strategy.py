@@ -26,6 +26,23 @@ Semantics to know: a Keras "step" is one worker mini-batch (one push), as with t
 strategy; with K-sync, K steps make one update. ``optimizer.iterations`` counts pushes;
 ``telemetry()["version"]`` counts updates. Gradients of a round not yet complete when
 ``fit`` returns stay ``pending`` and join the next round.
+
+Optimizers (the table per optimizer: docs/optimizers.md). Under a rule of K gradients
+per update, an *update* is: the round's gradients averaged, weighted by their samples,
+then the optimizer's own update applied once to that average on the PS, exactly as one
+process training on the round's batches concatenated (BSP: tests hold the two equal).
+What the optimizer does besides the gradient goes with the update, never with each
+push: tf_keras's decoupled weight decay (``weight_decay=``, AdamW, Lion, ...) runs once
+per update with the optimizer's learning rate, before the update's gradients; its EMA
+of the weights (``use_ema``) once per update, after every shard has applied them, so
+the averages follow versions. Clipping (``clipnorm``, ``clipvalue``,
+``global_clipnorm``) happens on the worker, on each pushed gradient, before the PS
+aggregates. ``optimizer.iterations`` counts pushes, so what reads it (Adam's bias
+correction, learning-rate schedules) sees K steps per update. Refused at the first
+step, with the alternative: tf_keras's ``Nadam`` under a rule aggregating several
+gradients (its schedule needs ``iterations`` to count updates), and updates made under
+a condition inside the step (``ema_overwrite_frequency``). tf_keras itself refuses
+``LossScaleOptimizer`` under every parameter-server strategy, the stock one included.
 """
 
 import collections

@@ -4,7 +4,6 @@ held to single-process training for the optimizers whose update has extras (weig
 decay, EMA). The whole matrix (each optimizer x BSP/ASP/Adaptive, 1 or 2 PS tasks):
 ``tests/optimizer_matrix.py``; two PS tasks here: ``tests/two_ps_suite.py``."""
 
-import numpy as np
 import pytest
 import tf_keras as keras
 
@@ -20,25 +19,31 @@ LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 #: (clipping, EMA, weight decay) rides on one optimizer; rates that bring the test loss
 #: of 30 steps to about half (0.2-0.7 of the initial loss, measured on every policy),
 #: except FTRL's (0.88 under BSP, 0.87 Adaptive; faster rates stall or diverge here).
+#: ASP (the lock-free K = 1 path) only with updates its concurrent applies cannot blow
+#: up: an optimizer dividing by a second moment may read one push's first moment with
+#: the second moment from before it (docs/optimizers.md); the whole matrix has them.
 OPTIMIZERS = {
-    "SGD-nesterov-clipnorm": (lambda: O.SGD(0.1, momentum=0.9, nesterov=True,
-                                            clipnorm=1.0), ksync.ASP()),
+    "SGD-nesterov-clipnorm-wd-ema": (lambda: O.SGD(
+        0.1, momentum=0.9, nesterov=True, clipnorm=1.0, weight_decay=1e-3, use_ema=True,
+        ema_momentum=0.5), ksync.ASP()),
     "Adam-clipvalue": (lambda: O.Adam(0.01, clipvalue=0.5), ksync.Adaptive()),
-    "AdamW": (lambda: O.AdamW(0.01, weight_decay=4e-3), ksync.ASP()),
-    "Adamax-ema": (lambda: O.Adamax(0.02, use_ema=True, ema_momentum=0.5), ksync.ASP()),
-    "Nadam": (lambda: O.Nadam(0.01), ksync.ASP()),
+    "AdamW": (lambda: O.AdamW(0.01, weight_decay=4e-3), ksync.Adaptive()),
+    "Adamax-ema": (lambda: O.Adamax(0.02, use_ema=True, ema_momentum=0.5), ksync.BSP()),
+    "Nadam": (lambda: O.Nadam(0.01), ksync.ASP()),  # refused under an aggregating rule
     "RMSprop-global_clipnorm": (lambda: O.RMSprop(0.005, global_clipnorm=1.0),
                                 ksync.BSP()),
     "Adagrad": (lambda: O.Adagrad(0.2), ksync.Adaptive()),
     "Adadelta": (lambda: O.Adadelta(1.0, epsilon=1e-4), ksync.ASP()),
     "Ftrl": (lambda: O.Ftrl(0.5), ksync.BSP()),
-    "Lion-weight_decay": (lambda: O.Lion(0.01, weight_decay=0.01), ksync.Adaptive()),
+    "Lion-weight_decay": (lambda: O.Lion(0.01, weight_decay=0.01), ksync.ASP()),
     # tf_keras's default epsilon_1=1e-30 stalls this model in one process too.
     "Adafactor": (lambda: O.Adafactor(0.05, epsilon_1=1e-20), ksync.BSP()),
-    "legacy.SGD": (lambda: O.legacy.SGD(0.1, momentum=0.9), ksync.Adaptive()),
-    "legacy.Adam": (lambda: O.legacy.Adam(0.01), ksync.BSP()),
+    "legacy.SGD": (lambda: O.legacy.SGD(0.1, momentum=0.9), ksync.ASP()),
+    "legacy.Adam": (lambda: O.legacy.Adam(0.01), ksync.Adaptive()),
 }
-
+#: run in the suite (Nadam can run only under ASP, where the race above may hit it: the
+#: matrix runs it; the suite checks its refusal under BSP).
+IN_SUITE = [name for name in OPTIMIZERS if name != "Nadam"]
 
 def heldout_loss(model):
     return float(LOSS(DATA.y_test, model(DATA.x_test)))
@@ -68,7 +73,7 @@ def check_trains(local, name, policy=None, partitioner=None, steps=30):
     return strategy
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", IN_SUITE)
 def test_every_optimizer_trains(cluster, name):
     check_trains(cluster, name)
 
@@ -113,4 +118,3 @@ def test_loss_scale_optimizer_is_refused_by_tf_keras_as_under_the_stock_strategy
     strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP())
     with strategy.scope(), pytest.raises(ValueError, match="Loss scaling is not supported"):
         keras.mixed_precision.LossScaleOptimizer(O.Adam(0.01))
-    assert np.isfinite(strategy.telemetry()["pushed"])
