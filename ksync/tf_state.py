@@ -55,9 +55,27 @@ MAX_WAIT_S = 1800.0
 _FIRST_SLEEP_US, _LAST_SLEEP_US = 200, 5000
 
 
-def _ops(results):
-    """The ops among optimizer update results (some optimizers return None)."""
-    return [r for r in tf.nest.flatten(results) if r is not None]
+def _created_by(fn):
+    """Call ``fn()``; returns every op it created in the current graph and what it
+    returned. An optimizer's update need not return its ops (tf_keras's `update_step`
+    returns None, its weight decay too), and an op nobody waits for could run after
+    the lock is released or the version has moved."""
+    graph = tf.compat.v1.get_default_graph()
+    first = len(graph.get_operations())
+    returned = [r for r in tf.nest.flatten(fn()) if r is not None]
+    return returned + graph.get_operations()[first:]
+
+
+class Extras(collections.namedtuple("Extras", "before after")):
+    """A step's updates that are not gradients, each a list of ``(fn, var)`` where
+    ``fn(var)`` makes the update: ``before``, those the optimizer made before its
+    gradients (tf_keras's decoupled weight decay), and ``after``, those it made after
+    (tf_keras's EMA of the weights). The PS runs them once per model update, in that
+    order around the update's gradients: ``before`` on each shard before its gradients,
+    ``after`` once every shard has applied them."""
+
+
+NO_EXTRAS = Extras((), ())
 
 
 def sleep_us(microseconds):
@@ -262,15 +280,15 @@ class PSUpdateState:
                 self._shard_sections[device] = tf.CriticalSection(name="ksync_shard")
         return self._shard_sections[device]
 
-    def _on_shards(self, updates, work, locked=True, values=False):
-        """Run ``work(indices)`` on each PS task holding some of ``updates``' variables,
-        in parallel; returns the ops (``values``: ``work`` returns scalars, and each
+    def _on_shards(self, variables, work, locked=True, values=False):
+        """Run ``work(indices)`` on each PS task holding some of ``variables``, with the
+        indices of those, in parallel; returns the ops (``values``: ``work`` returns scalars, and each
         task's sum of them is returned instead). ``locked``: the rule task's own shard
         runs under the rule's lock, which its caller holds; every other shard under its
         own lock, so nothing crosses tasks inside a lock but the decision's few
         scalars."""
         by_task, devices = collections.defaultdict(list), {}
-        for i, (_, var, _) in enumerate(updates):
+        for i, var in enumerate(variables):
             task = _task(var.device)
             by_task[task].append(i)
             devices.setdefault(task, var.device)
@@ -291,20 +309,38 @@ class PSUpdateState:
                         shard, exclusive_resource_access=False))
         return done
 
-    def _apply_round(self, updates, accumulators, total):
-        """Ops applying every variable's round aggregate divided by ``total`` samples."""
+    def _apply_round(self, updates, accumulators, total, extras):
+        """Ops making the round's update: every variable's aggregate divided by
+        ``total`` samples, between the step's ``extras`` (`_around_extras`)."""
         def work(indices):
-            ops = []
-            for i in indices:
-                fn, var, _ = updates[i]
-                acc = accumulators[i]
-                applied = _ops(fn(var, acc.read_value() / tf.cast(total, acc.dtype)))
-                with tf.control_dependencies(applied):
-                    ops.append(acc.assign(tf.zeros_like(acc)))
-            return ops
-        return self._on_shards(updates, work)
+            applied = _created_by(lambda: [
+                updates[i][0](updates[i][1], accumulators[i].read_value() /
+                              tf.cast(total, accumulators[i].dtype)) for i in indices])
+            with tf.control_dependencies(applied):
+                return [accumulators[i].assign(tf.zeros_like(accumulators[i]))
+                        for i in indices]
+        return self._around_extras(updates, work, extras)
 
-    def push(self, updates, version_read, samples, iteration_time, worker, direct=False):
+    def _around_extras(self, updates, apply, extras, locked=True, condition=None):
+        """``apply(indices)`` on the shards of ``updates`` (`_on_shards`), after the
+        ``extras.before`` of every shard and before its ``extras.after``: decoupled
+        weight decay takes the weights the gradients were computed on, the EMA the
+        weights of the new version. ``condition``: the extras run only if it holds
+        (``apply`` checks it itself). No extras: ``apply``'s ops alone."""
+        def run(pairs):
+            def work(indices):
+                ops = lambda: tf.group(_created_by(lambda: [
+                    pairs[i][0](pairs[i][1]) for i in indices]))
+                return ops() if condition is None else tf.cond(condition, ops, tf.no_op)
+            return self._on_shards([v for _, v in pairs], work, locked) if pairs else []
+
+        with tf.control_dependencies(run(extras.before)):
+            applied = self._on_shards([v for _, v, _ in updates], apply, locked)
+        with tf.control_dependencies(applied):
+            return applied + run(extras.after)
+
+    def push(self, updates, version_read, samples, iteration_time, worker, direct=False,
+             extras=NO_EXTRAS):
         """Apply the rule to one pushed gradient; returns the version after the push.
 
         Args:
@@ -318,6 +354,7 @@ class PSUpdateState:
             the lock (faster; the stock strategy's concurrent updates). If the rule this
             state was made with also has no staleness bound or scaling (ASP), the push
             takes no lock at all.
+          extras: the step's `Extras`, run with every update this push makes.
         """
         grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
                  for _, _, g in updates]
@@ -353,7 +390,7 @@ class PSUpdateState:
         updates = [(fn, v, g) for (fn, v, _), g in zip(updates, grads)]
         if direct and self._lock_free:
             return self._push_unlocked(updates, version_read, finite, samples,
-                                       iteration_time, worker)
+                                       iteration_time, worker, extras)
 
         def body():
             # The decision stays on the rule task: a value that bounced to the worker
@@ -401,10 +438,10 @@ class PSUpdateState:
                         return [tf.cond(commit, lambda: tf.add_n([
                             _sq_norm(accumulators[i].read_value()) for i in indices]),
                             lambda: tf.constant(0.0, tf.float64))]
-                added = self._on_shards(updates, add, values=True)
+                added = self._on_shards([v for _, v, _ in updates], add, values=True)
                 with tf.control_dependencies(added):
                     shard_ops = [tf.cond(commit, lambda: tf.group(self._apply_round(
-                        updates, accumulators, total)), tf.no_op)]
+                        updates, accumulators, total, extras)), tf.no_op)]
 
             with tf.device(self.device), tf.control_dependencies(shard_ops):
                 applied_now = commit_i * in_round
@@ -433,19 +470,22 @@ class PSUpdateState:
         # so count an update a moment before every shard shows it: staleness is charged
         # from the version, never under-counted.
         version, commit, weight = decided
-        with tf.control_dependencies(self._apply_unlocked(updates, commit, weight)), \
+        with tf.control_dependencies(self._apply_unlocked(updates, commit, weight,
+                                                          extras)), \
                 tf.device(self.device):
             return tf.identity(version)
 
-    def _apply_unlocked(self, updates, condition, weight=None):
+    def _apply_unlocked(self, updates, condition, weight=None, extras=NO_EXTRAS):
         """Ops applying each gradient (times ``weight``) to its variable on its own task
-        if ``condition``, outside any lock, as the stock strategy applies updates."""
+        if ``condition``, outside any lock, as the stock strategy applies updates; the
+        ``extras`` around them, once (the push is an update of its own)."""
         def apply(indices):
-            return tf.cond(condition, lambda: tf.group(_ops([
+            return tf.cond(condition, lambda: tf.group(_created_by(lambda: [
                 updates[i][0](updates[i][1], updates[i][2] if weight is None
                               else _scale(updates[i][2], weight))
                 for i in indices])), tf.no_op)
-        return self._on_shards(updates, apply, locked=False)
+        return self._around_extras(updates, apply, extras, locked=False,
+                                   condition=condition)
 
     def _meta_carrier(self, updates, grads):
         """Index of the smallest dense floating-point gradient of a variable on the rule
@@ -461,7 +501,7 @@ class PSUpdateState:
         return best
 
     def _push_unlocked(self, updates, version_read, finite, samples, iteration_time,
-                       worker):
+                       worker, extras):
         """A direct push under a rule with no staleness bound or scaling: accepted when
         finite, applied at once on the variables' tasks as the stock strategy's update,
         then counted; no lock, since the decision reads no shared state. Each counter
@@ -472,7 +512,8 @@ class PSUpdateState:
         with tf.device(self.device):
             accepted = tf.logical_and(finite, samples > 0)
         with tf.device(self.device), \
-                tf.control_dependencies(self._apply_unlocked(updates, accepted)):
+                tf.control_dependencies(self._apply_unlocked(updates, accepted,
+                                                             extras=extras)):
             accepted_i = tf.cast(accepted, tf.int64)
             # K = 1: an accepted gradient is an update of its own.
             version = self.counter_vec.assign_add(
@@ -526,10 +567,11 @@ class PSUpdateState:
                 self.noise_round.assign(tf.where(commit, tf.zeros([3], tf.float64),
                                                  tf.stack([count, sq_sum, inv_sum])))]
 
-    def commit_complete_round(self, updates):
+    def commit_complete_round(self, updates, extras=NO_EXTRAS):
         """Commit the current round if it already holds K gradients (K was lowered
         after they arrived: a worker died, or the others have no steps left); returns
-        whether it did. ``updates`` as for `push` (their gradients are not used)."""
+        whether it did. ``updates`` and ``extras`` as for `push` (the gradients are not
+        used)."""
         accumulators = [self.accumulator(v) for _, v, _ in updates]
 
         def body():
@@ -540,7 +582,8 @@ class PSUpdateState:
                 total = self.pending_samples.read_value()
 
             def apply():
-                with tf.control_dependencies(self._apply_round(updates, accumulators, total)):
+                with tf.control_dependencies(self._apply_round(updates, accumulators, total,
+                                                               extras)):
                     with tf.device(self.device):
                         # A round completed by a lowered K gives no noise estimate.
                         return tf.group(
@@ -557,7 +600,8 @@ class PSUpdateState:
         with tf.device(self.device):
             return self.critical_section.execute(body, exclusive_resource_access=False)
 
-    def wait_turn(self, worker, updates, max_wait_s: float = MAX_WAIT_S):
+    def wait_turn(self, worker, updates, max_wait_s: float = MAX_WAIT_S,
+                  extras=NO_EXTRAS):
         """The version at which ``worker`` may start its next step, after waiting for it.
 
         Under a rule with ``wait``, a worker whose gradient joined the current round
@@ -587,8 +631,9 @@ class PSUpdateState:
             def body(i, is_gated, version):
                 del is_gated, version
                 _, complete, _ = gated()
-                committed = tf.cond(complete, lambda: self.commit_complete_round(updates),
-                                    lambda: tf.constant(False))
+                committed = tf.cond(
+                    complete, lambda: self.commit_complete_round(updates, extras),
+                    lambda: tf.constant(False))
                 pause = tf.cast(tf.minimum(_FIRST_SLEEP_US * tf.pow(2, tf.minimum(i, 8)),
                                            _LAST_SLEEP_US), tf.int64)
                 slept = tf.cond(committed, lambda: tf.constant(0),

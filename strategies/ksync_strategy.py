@@ -26,9 +26,28 @@ Semantics to know: a Keras "step" is one worker mini-batch (one push), as with t
 strategy; with K-sync, K steps make one update. ``optimizer.iterations`` counts pushes;
 ``telemetry()["version"]`` counts updates. Gradients of a round not yet complete when
 ``fit`` returns stay ``pending`` and join the next round.
+
+Optimizers (the table per optimizer: docs/optimizers.md). Under a rule of K gradients
+per update, an *update* is: the round's gradients averaged, weighted by their samples,
+then the optimizer's own update applied once to that average on the PS, exactly as one
+process training on the round's batches concatenated (BSP: tests hold the two equal).
+What the optimizer does besides the gradient goes with the update, never with each
+push: tf_keras's decoupled weight decay (``weight_decay=``, AdamW, Lion, ...) runs once
+per update with the optimizer's learning rate, before the update's gradients; its EMA
+of the weights (``use_ema``) once per update, after every shard has applied them, so
+the averages follow versions. Clipping (``clipnorm``, ``clipvalue``,
+``global_clipnorm``) happens on the worker, on each pushed gradient, before the PS
+aggregates. ``optimizer.iterations`` counts pushes, so what reads it (Adam's bias
+correction, learning-rate schedules) sees K steps per update. Refused at the first
+step, with the alternative: tf_keras's ``Nadam`` under a rule aggregating several
+gradients (its schedule needs ``iterations`` to count updates), and updates made under
+a condition inside the step (``ema_overwrite_frequency``). tf_keras itself refuses
+``LossScaleOptimizer`` under every parameter-server strategy, the stock one included.
 """
 
+import collections
 import contextlib
+import inspect
 import os
 import sys
 import tempfile
@@ -36,14 +55,15 @@ import threading
 import weakref
 
 import tensorflow as tf
+import tf_keras
 from tensorflow.python.autograph.core import ag_ctx as autograph_ctx
 from tensorflow.python.autograph.impl import api as autograph
 from tensorflow.python.distribute import parameter_server_strategy_v2 as pss_v2
 from tensorflow.python.distribute.sharded_variable import ShardedVariable
-from tensorflow.python.ops import control_flow_v2_func_graphs
+from tensorflow.python.ops import control_flow_v2_func_graphs, resource_variable_ops
 
 import ksync
-from ksync.tf_state import PSUpdateState
+from ksync.tf_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
 from strategies.allocation import BatchAllocation
 from strategies.compat import check_tensorflow_version
@@ -73,25 +93,50 @@ def _created_by_keras3() -> bool:
 
 class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
     """Collects the optimizer's per-variable updates of one step instead of applying
-    them, so the strategy can push them to the PS as one atomic gradient."""
+    them, so the strategy can push them to the PS as one atomic gradient.
 
-    _collecting = None  # list of (apply_fn, var, grad) while a step is traced
+    An update whose argument is a gradient joins the push. Any other update (tf_keras's
+    decoupled weight decay takes no argument, its EMA takes the model variable) is an
+    extra of the step (`ksync.tf_state.Extras`): the PS runs it once per model update,
+    with the update's gradients, never once per pushed gradient."""
+
+    _collecting = None  # the _Step being traced
 
     def _update(self, var, fn, args, kwargs, group):
-        if self._collecting is None:
+        step = self._collecting
+        if step is None:
             return super()._update(var, fn, args, kwargs, group)
-        # A sparse gradient (an Embedding's) stays sparse: on the wire, in the round's
-        # aggregate and in the optimizer's update.
-        (grad,) = self._select_single_value(args)
-        base = super()._update
-        kwargs = kwargs or {}
-
-        def apply_fn(v, g):
-            return base(v, fn, (g,), kwargs, True)
-
-        self._collecting.append((apply_fn, self._unwrap(var), grad))
+        if tf.compat.v1.get_default_graph() is not step.graph:
+            # The PS applies the step's updates when a round commits, where a condition
+            # computed inside the step is not known.
+            raise NotImplementedError(_CONDITIONAL_UPDATE.format(name=var.name))
+        args = self._select_single_value(args)
+        base, kwargs = super()._update, kwargs or {}
+        if len(args) == 1 and not _is_variable(args[0]):
+            if not step.updates:
+                self._check_optimizer(fn)
+            # A sparse gradient (an Embedding's) stays sparse: on the wire, in the
+            # round's aggregate and in the optimizer's update.
+            step.updates.append((lambda v, g: base(v, fn, (g,), kwargs, True),
+                                 self._unwrap(var), args[0]))
+        else:
+            # Variables as arguments are read on the PS when the update runs.
+            extras = step.extras.after if step.updates else step.extras.before
+            extras.append((lambda v: base(v, fn, args, kwargs, True), self._unwrap(var)))
         no_op = tf.no_op()
         return no_op if group else (no_op,)
+
+    def _check_optimizer(self, fn):
+        """Refuse, at the first step, an optimizer whose update cannot be made exact
+        under the strategy's rule (``fn``: its update of a variable)."""
+        fn = inspect.unwrap(fn)
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        optimizer = cells["self"].cell_contents if "self" in cells else None
+        if isinstance(optimizer, tf_keras.optimizers.Nadam) and \
+                not self._container_strategy()._direct:  # pylint: disable=protected-access
+            # Its momentum schedule caches a product over `iterations`, which counts
+            # pushes: K of them per update make it NaN (so in one process too).
+            raise ValueError(_NADAM)
 
     @staticmethod
     def _unwrap(var):
@@ -104,11 +149,39 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
 
     @contextlib.contextmanager
     def collecting(self):
-        outer, self._collecting = self._collecting, []
+        """The updates of the step traced inside: a `_Step` of the current graph."""
+        outer = self._collecting
+        self._collecting = _Step(tf.compat.v1.get_default_graph(), [], Extras([], []))
         try:
             yield self._collecting
         finally:
             self._collecting = outer
+
+
+class _Step(collections.namedtuple("_Step", "graph updates extras")):
+    """One traced step's updates: ``updates``, the ``(apply_fn, var, grad)`` of its
+    gradients, and its `Extras`, recorded in ``graph``."""
+
+
+def _is_variable(value) -> bool:
+    return isinstance(value, tf.Variable) or resource_variable_ops.is_resource_variable(value)
+
+
+_NADAM = (
+    "KSyncStrategy: tf_keras.optimizers.Nadam cannot run under a rule that aggregates "
+    "several gradients per update: its momentum schedule assumes optimizer.iterations "
+    "grows by one per update, and here it counts pushed gradients (its weights turn NaN "
+    "after a few rounds). Use tf_keras.optimizers.Adam (or AdamW), "
+    "tf_keras.optimizers.legacy.Nadam, or an asynchronous policy (policy='asp').")
+
+_CONDITIONAL_UPDATE = (
+    "KSyncStrategy: the optimizer updates {name} under a condition inside the training "
+    "step (tf_keras's ema_overwrite_frequency, or a tf.cond around apply_gradients). "
+    "The parameter server applies a step's updates when its round commits, where that "
+    "condition is not known. With EMA, leave ema_overwrite_frequency=None: model.fit "
+    "copies the averages into the model at the end of training "
+    "(optimizer.finalize_variable_values), and an EMA callback or a custom loop can "
+    "call that between epochs.")
 
 
 class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
@@ -195,7 +268,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self._direct = rule.k == 1 and static
         # Whether a worker may ever have to wait for the round it joined.
         self._may_wait = rule.wait or not static
-        # graph -> (worker, updates) of its last push whose round nothing waits for yet
+        # graph -> (worker, updates, extras) of its last push whose round nothing waits
+        # for yet
         self._unwaited = weakref.WeakKeyDictionary()
         # function graph traced through run() -> pushes one call makes (None: no
         # fixed count)
@@ -247,7 +321,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         # steps per scheduled function) must have its round settled before this one
         # reads a parameter: the coordinator's gate acts only between functions.
         before = self._unwaited.pop(graph, None)
-        before = [state.wait_turn(*before)] if before is not None else []
+        before = [state.wait_turn(*before[:2], extras=before[2])] if before else []
         function_graph = _function_graph(graph)
         self._pushes_traced.setdefault(function_graph, 0)
         marks = {}
@@ -265,15 +339,16 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             _read_after(replica_graph.get_operations()[first:], marks["version"].op)
             return outputs
 
-        with ext.collecting() as updates:
+        with ext.collecting() as step:
             outputs = _STOCK_RUN(self, timed_fn, args, kwargs, options)
+        updates, extras = step.updates, step.extras
         if updates:
             grads = [g for _, _, g in updates]
             with tf.control_dependencies(grads):
                 elapsed = tf.timestamp() - marks["start"]
             worker = _current_worker()
             pushed = state.push(updates, marks["version"], _batch_size(args, kwargs),
-                                elapsed, worker, direct=self._direct)
+                                elapsed, worker, direct=self._direct, extras=extras)
             once = graph is function_graph and self._pushes_traced[function_graph] == 0
             self._pushes_traced[function_graph] = 1 if once else None
             if self._may_wait:
@@ -282,10 +357,10 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                     # steps_per_execution > 1 or a user's tf.while_loop: the next
                     # iteration is the next step, so the wait goes right after the push.
                     with tf.control_dependencies([pushed]):
-                        settled = state.wait_turn(worker, updates)
+                        settled = state.wait_turn(worker, updates, extras=extras)
                     outputs = _after(settled, outputs)
                 else:
-                    self._unwaited[graph] = (worker, updates)
+                    self._unwaited[graph] = (worker, updates, extras)
         return outputs
 
     # -- policy ---------------------------------------------------------------------------

@@ -90,18 +90,23 @@ def mlp_model():
 @pytest.mark.parametrize("make_model", [mlp_model, embedding_model], ids=["mlp", "embedding"])
 def test_bsp_equals_single_process_sgd_on_the_concatenated_batches(
         cluster, steps_per_execution, make_model):
-    check_bsp_equals_single_process_sgd(cluster, None, steps_per_execution, make_model)
+    check_bsp_equals_single_process(cluster, None, steps_per_execution, make_model)
 
 
-def check_bsp_equals_single_process_sgd(local, partitioner, steps_per_execution, make_model):
+def check_bsp_equals_single_process(local, partitioner, steps_per_execution, make_model,
+                                    make_optimizer=lambda: keras.optimizers.SGD(0.5)):
     """Every round: one batch of every worker, read at the same version, on every
-    shard; with several steps per scheduled function too."""
+    shard; with several steps per scheduled function too. The reference trains in this
+    process on the round's batches concatenated, with the same optimizer (a new one from
+    ``make_optimizer``): one update per round, its ``iterations`` set to the pushes
+    made so far, as the PS's optimizer sees them (`optimizer.iterations` counts pushes:
+    Adam's bias correction follows it)."""
     workers, batch, rounds = local.num_workers, 16, 10
     data = DATA if make_model is not embedding_model else TOKENS
     strategy = KSyncStrategy(local.resolver(), partitioner, policy=ksync.BSP())
     with strategy.scope():
         model = make_model()
-        model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(
+        model.compile(make_optimizer(), keras.losses.SparseCategoricalCrossentropy(
             from_logits=True), steps_per_execution=steps_per_execution)
     initial = whole_weights(model)
     model.fit(keras.utils.experimental.DatasetCreator(data.dataset_fn(
@@ -109,14 +114,18 @@ def check_bsp_equals_single_process_sgd(local, partitioner, steps_per_execution,
         steps_per_epoch=rounds * workers, verbose=0)
     t = strategy.telemetry()
     assert (t["version"], t["applied"], t["dropped"]) == (rounds, rounds * workers, 0)
+    assert int(model.optimizer.iterations.numpy()) == t["pushed"]
 
     reference = make_model()
-    reference.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(
+    reference.compile(make_optimizer(), keras.losses.SparseCategoricalCrossentropy(
         from_logits=True))
     reference.set_weights(initial)
     for r in range(rounds):
+        reference.optimizer.iterations.assign(workers * (r + 1))
         idx = [w + workers * (r * batch + i) for w in range(workers) for i in range(batch)]
         reference.train_on_batch(data.x_train[idx], data.y_train[idx])
+    # As fit ends: with EMA, the model takes its averages.
+    reference.optimizer.finalize_variable_values(reference.trainable_variables)
     got = whole_weights(model)
     for mine, want in zip(got, reference.get_weights()):
         np.testing.assert_allclose(mine, want, rtol=1e-4, atol=1e-5)

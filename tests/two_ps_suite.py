@@ -18,8 +18,9 @@ from cluster_sim.workloads import compile_classifier, mlp
 from strategies import KSyncStrategy
 from strategies.checkpoint import PS_FAILURES, wait_for_ps
 
-from test_drop_in import (DATA, TOKENS, check_bsp_equals_single_process_sgd, check_counters,
+from test_drop_in import (DATA, TOKENS, check_bsp_equals_single_process, check_counters,
                           embedding_model, mlp_model, whole_weights)
+from test_optimizers import check_trains
 
 partitioners = tf.distribute.experimental.partitioners
 POLICIES = [ksync.BSP(), ksync.ASP(), ksync.SSP(max_staleness=1), ksync.KSync(k=1),
@@ -135,5 +136,23 @@ def test_a_lost_ps_task_is_reported_to_the_user_while_workers_wait(restarts_ps, 
 def test_bsp_on_sharded_variables_equals_single_process_sgd(cluster_2ps, steps_per_execution,
                                                             make_model):
     """One version is one model: every shard applies every round, none half of one."""
-    check_bsp_equals_single_process_sgd(cluster_2ps, partitioners.FixedShardsPartitioner(2),
-                                        steps_per_execution, make_model)
+    check_bsp_equals_single_process(cluster_2ps, partitioners.FixedShardsPartitioner(2),
+                                    steps_per_execution, make_model)
+
+
+# -- optimizers whose update has extras (weight decay, EMA) ---------------------------
+@pytest.mark.parametrize("name, policy", [
+    ("AdamW", ksync.BSP()), ("Adamax-ema", ksync.Adaptive(refresh_every=10)),
+    ("Lion-weight_decay", ksync.ASP())], ids=["AdamW-BSP", "Adamax-ema-Adaptive",
+                                              "Lion-weight_decay-ASP"])
+def test_optimizers_with_extras_train_sharded_variables(cluster_2ps, name, policy):
+    check_trains(cluster_2ps, name, policy, partitioners.FixedShardsPartitioner(2))
+
+
+def test_bsp_with_adamw_and_ema_on_sharded_variables_equals_single_process(cluster_2ps):
+    """Weight decay on every shard before the round's gradients, the EMA once every
+    shard has applied them, once per version (sparse gradients of an Embedding too)."""
+    check_bsp_equals_single_process(
+        cluster_2ps, partitioners.FixedShardsPartitioner(2), 1, embedding_model,
+        lambda: keras.optimizers.AdamW(0.01, weight_decay=0.5, use_ema=True,
+                                       ema_momentum=0.5))
