@@ -141,6 +141,7 @@ class KSyncCheckpoint:
                     "policy and batch allocation as the run that wrote it, or start afresh "
                     f"in another directory than {self.directory}.") from err
             strategy.controller.set_state(side)  # the rule's PS copy was restored above
+            strategy.rule_restored()
             if schedule is not None:
                 schedule.allocator.set_state(side["allocation"]["allocator"])
                 if schedule.forecaster is not None:

@@ -13,6 +13,12 @@ custom loop with several steps per function) the wait happens in the graph, on t
 (`PSUpdateState.wait_turn`). A monitor thread then keeps the rule refreshed while every
 worker is inside a function: it is what lowers K when a worker dies or stalls, or when
 the others have no steps left for the round to complete.
+
+The gate's reads and the refreshes call into the cluster through the strategy's
+`strategies.cluster_guard.ClusterGuard`: while TensorFlow rebuilds the cluster after a
+worker failure, a worker waits at the gate and the rule keeps its last decision (a
+remote call then could crash the chief in native code); once the cluster is whole again
+the gate reads as before. After shutdown or a lost PS nothing reads any more.
 """
 
 import collections
@@ -25,7 +31,8 @@ import weakref
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 from tensorflow.python.framework import errors as tf_errors
 
-from ksync.policies import RECENT_STEPS, stalled_workers
+from ksync.policies import RECENT_STEPS
+from strategies.cluster_guard import ClusterRecovering, ClusterUnavailable
 
 #: seconds between re-checks while waiting, in case a notification is missed.
 _RECHECK_S = 0.5
@@ -81,6 +88,16 @@ class _GatedClosureQueue:
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
+
+    def __setattr__(self, name, value):
+        # Code that reaches into the stock queue (TensorFlow's own tests bump
+        # `_inflight_closure_count`) must change the stock queue's state, not a copy on
+        # this wrapper: a name the stock queue has and this class does not is its.
+        if "_queue" in self.__dict__ and name not in self.__dict__ and \
+                name in vars(self._queue):
+            setattr(self._queue, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def put_back(self, closure):
         # TensorFlow re-queues the closure of a failed worker (from that worker's thread)
@@ -168,6 +185,8 @@ class _GatedClosureQueue:
                 self.reads["refresh"] += 1
             if refreshed and live is not None:
                 self._live = live
+        except ClusterUnavailable:
+            pass  # being rebuilt (a later refresh reads) or shutting down: no call now
         except Exception as e:  # pylint: disable=broad-except
             if not self._queue._should_process_closures:
                 pass  # shutting down: the PS may already be gone
@@ -290,9 +309,14 @@ class _GatedClosureQueue:
                 return True
         try:
             gate = self._gate_snapshot(seen)
+        except ClusterRecovering:
+            # TensorFlow is rebuilding the cluster after a worker failure: no read now;
+            # the worker waits and the gate reads once the cluster is whole again.
+            return False
         except Exception:  # pylint: disable=broad-except
-            # PS unreachable: let the closure run, so TensorFlow's own failure handling
-            # (retry, or report to the user) sees the error instead of a silent wait.
+            # Shutting down, a PS lost or unreachable: let the closure run, so
+            # TensorFlow's own failure handling (retry, or report to the user) sees the
+            # error instead of a silent wait.
             return True
         if int(gate["contributed"][worker]) != gate["version"]:
             return True  # the round it joined has committed
@@ -378,13 +402,6 @@ class KSyncCoordinator(cc.ClusterCoordinator):
         # The median: one long step (a freeze that ended) does not make a worker slow.
         usual = [statistics.median(list(r)) if r else None for r in queue.recent]
         return usual, queue.in_flight_s()
-
-    def stalled(self) -> bool:
-        """Whether a worker's running step has taken far longer than its recent steps
-        (frozen, or suddenly much slower): policies should not wait for the next
-        scheduled observation to see it."""
-        usual, running = self.iteration_times()
-        return any(running[w] >= _RECHECK_S for w in stalled_workers(usual, running))
 
     def chief_reads(self) -> dict:
         """Reads of the PS the chief made so far besides the steps, by purpose: "gate"

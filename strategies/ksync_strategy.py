@@ -66,6 +66,7 @@ import ksync
 from ksync.tf_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
 from strategies.allocation import BatchAllocation
+from strategies.cluster_guard import ClusterGuard
 from strategies.compat import check_tensorflow_version
 from strategies.coordinator import KSyncCoordinator
 from strategies.telemetry import build_telemetry
@@ -263,6 +264,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         rule = controller.rule
         self._num_worker_tasks = num_workers
         self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0")
+        self._ps_rule = rule  # the rule last written to the PS
         # Adaptive rules may reach K = 1 later, so only static K = 1 takes the short path.
         static = type(policy).observe is ksync.Policy.observe
         self._direct = rule.k == 1 and static
@@ -280,6 +282,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self._loss = None  # latest finite training loss reported (see report_loss)
         self._allocation = None  # before the coordinator: its threads read it at once
         self.coordinator = KSyncCoordinator(self)
+        #: every remote call of the chief outside a step goes through it.
+        self.guard = ClusterGuard(self.coordinator._cluster)  # pylint: disable=protected-access
         if schedule is not None:
             self._allocation = BatchAllocation(self, controller.sizes)
         self._ps_addresses = list(jobs["ps"])
@@ -438,11 +442,13 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         Called by the coordinator as training runs (every `refresh_every` steps, when
         the set of live workers changes, and while workers wait); safe to call from
         any thread. Returns False if another thread was refreshing (``wait``: waits for
-        it instead)."""
+        it instead). Raises `strategies.cluster_guard.ClusterUnavailable` while
+        TensorFlow rebuilds the cluster after a worker failure (no remote call then)
+        or after it stopped."""
         if not self.rule_lock.acquire(blocking=wait):
             return False
         try:
-            counters = self._state.counters()
+            counters = self.guard.call(self._state.counters)
             busy, _ = self.coordinator.worker_busy()
             usual, running = self.coordinator.iteration_times()
             decision = self.controller.refresh(ksync.Measurement(
@@ -453,15 +459,24 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                 worker_pushes=tuple(counters["staleness_hist"].sum(axis=1)),
                 noise_sums=tuple(counters["noise_sums"]),
                 blocked_workers=self._blocked_workers(counters), loss=self._loss))
-            if decision.changed:
-                self._state.set_rule(decision.rule)
+            # Compared with what the PS runs, not with the last decision: a rule the
+            # controller chose while the PS could not be written (the cluster being
+            # rebuilt) is written by the next refresh.
+            if decision.rule != self._ps_rule:
+                self.guard.call(self._state.set_rule, decision.rule)
+                self._ps_rule = decision.rule
             if self._allocation is not None:
                 # The controller's sizes, new or not: they also reach a worker whose
                 # copy is new, and sizes restored from a checkpoint.
-                self._allocation.set_sizes(self.controller.sizes)
+                self.guard.call(self._allocation.set_sizes, self.controller.sizes)
             return True
         finally:
             self.rule_lock.release()
+
+    def rule_restored(self) -> None:
+        """The PS's copy of the rule and the controller's were restored together (a
+        checkpoint): the PS runs the controller's rule."""
+        self._ps_rule = self.controller.rule
 
     def _blocked_workers(self, counters):
         """The workers with steps left, when every one of them has joined the current
@@ -511,7 +526,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
     def gate_state(self) -> dict:
         """What the coordinator's gate needs, read from the PS
         (`PSUpdateState.gate_state`)."""
-        return self._state.gate_state()
+        return self.guard.call(self._state.gate_state)
 
     def pushes_per_call(self, closure) -> int | None:
         """Gradients one run of a scheduled closure pushes: 0 or 1 when its function
@@ -530,7 +545,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         attempt that had already pushed its gradient counts in ``pushed`` (its gradient
         reached the PS once), so ``pushed - sum(steps) <= retried``."""
         busy, steps = self.coordinator.worker_busy()
-        telemetry = build_telemetry(self._state.counters(), self.controller, busy, steps)
+        counters = self.guard.call(self._state.counters, wait=True)
+        telemetry = build_telemetry(counters, self.controller, busy, steps)
         telemetry["retried"] = self.coordinator.retried()
         return telemetry
 

@@ -18,6 +18,7 @@ import pytest
 
 import ksync
 from ksync.state import UpdateState
+from strategies.cluster_guard import ClusterGuard
 from strategies.coordinator import _COUNTED_ROUNDS, KSyncCoordinator, _GatedClosureQueue
 from strategies.ksync_strategy import KSyncStrategy
 
@@ -88,6 +89,7 @@ class Strategy:
     """`KSyncStrategy`'s refresh and gate methods over a fake PS and coordinator."""
 
     refresh_rule = KSyncStrategy.refresh_rule
+    gate_state = KSyncStrategy.gate_state
     _blocked_workers = KSyncStrategy._blocked_workers
     rule_capped_for_work = KSyncStrategy.rule_capped_for_work
     _live_workers = KSyncStrategy._live_workers
@@ -103,15 +105,21 @@ class Strategy:
         self._allocation = None
         self.tf_queue = TFClosureQueue()
         self.queue = _GatedClosureQueue(self.tf_queue, self, N)
+        self._ps_rule = self.controller.rule
         coordinator = object.__new__(KSyncCoordinator)  # no cluster to connect to
+        # What the guard uses of TensorFlow's failure handler: its update lock, the
+        # event set while a rebuild of the cluster is due, and its run flag.
+        lock = threading.Lock()
+        self.failure_handler = types.SimpleNamespace(
+            _cluster_update_lock=lock, _cluster_due_for_update_or_finish=threading.Event(),
+            _worker_up_cond=threading.Condition(lock), _should_preemption_thread_run=True)
         coordinator._cluster = types.SimpleNamespace(
             closure_queue=self.queue, stop=lambda: None,
+            failure_handler=self.failure_handler,
             workers=[types.SimpleNamespace(worker_index=w, _is_dead_with_error=False)
                      for w in range(N)])
         self.coordinator = coordinator
-
-    def gate_state(self):
-        return self._state.gate_state()
+        self.guard = ClusterGuard(coordinator._cluster)
 
     def pushes_per_call(self, closure):
         return closure.pushes
@@ -382,3 +390,62 @@ def test_a_non_finite_gradient_misleads_the_count_until_the_next_read(chief):
     assert wrong and max(wrong) < _COUNTED_ROUNDS, wrong
     reads = c.queue.reads["gate"]
     assert bsp_rounds(c, 5) == [] and c.queue.reads["gate"] - reads >= 5
+
+
+def test_no_read_while_tensorflow_rebuilds_the_cluster(chief):
+    """A worker failed and TensorFlow's failure handler is rebuilding the cluster (its
+    event set, as under its update lock): a remote call then can crash the chief in
+    native code, so the gate holds the worker and the refresh keeps the rule, with no
+    read of the PS; once the cluster is whole the gate reads again. After the handler
+    stopped (a PS lost, shutdown) nothing reads and the step goes to TensorFlow, which
+    reports the failure."""
+    c = chief()
+    start_round(c, 0, 1, 2)
+    for w in range(N):
+        c.push_and_finish(w)  # the round commits: each worker may start its next step
+    due = c.strategy.failure_handler._cluster_due_for_update_or_finish
+    reads = dict(c.queue.reads)
+    due.set()
+    assert c.may_start(0) is False
+    c.queue._refresh(wait=True)
+    assert c.queue.reads == reads
+    due.clear()
+    assert c.may_start(0) is True and c.queue.reads["gate"] == reads["gate"] + 1
+    c.strategy.failure_handler._should_preemption_thread_run = False
+    due.set()  # as the handler's stop() leaves it
+    assert c.may_start(1) is True and c.queue.reads["gate"] == reads["gate"] + 1
+
+
+def test_telemetry_waits_for_the_rebuild_and_coordinator_threads_never_do(chief):
+    from strategies.cluster_guard import ClusterRecovering, ClusterStopped
+    c = chief()
+    guard, handler = c.strategy.guard, c.strategy.failure_handler
+    calls = []
+    handler._cluster_due_for_update_or_finish.set()
+    with pytest.raises(ClusterRecovering):
+        guard.call(calls.append, "gate")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(guard.call, calls.append, "telemetry", wait=True)
+        time.sleep(0.2)
+        assert calls == [] and not waiting.done()  # never during a rebuild
+        with handler._cluster_update_lock:
+            handler._cluster_due_for_update_or_finish.clear()  # the handler's last step
+        waiting.result(10)
+    assert calls == ["telemetry"]
+    handler._should_preemption_thread_run = False
+    with pytest.raises(ClusterStopped):
+        guard.call(calls.append, "gate")
+    guard.call(calls.append, "telemetry", wait=True)  # TensorFlow reports what it finds
+    assert calls == ["telemetry", "telemetry"]
+
+
+def test_code_that_reaches_into_the_stock_queue_changes_the_stock_queue(chief):
+    """TensorFlow's own tests bump ``closure_queue._inflight_closure_count``: the count
+    must land on the stock queue, which ``mark_finished`` decrements."""
+    c = chief()
+    c.strategy.tf_queue._inflight_closure_count = 0
+    c.queue._inflight_closure_count += 1
+    assert c.strategy.tf_queue._inflight_closure_count == 1
+    assert "_inflight_closure_count" not in vars(c.queue)
+    c.queue.retried = 5  # the wrapper's own fields stay its own
+    assert c.queue.retried == 5 and not hasattr(c.strategy.tf_queue, "retried")

@@ -19,6 +19,7 @@ python -m cluster_sim soak --minutes 30 --traces ../shared/traces/alibaba_pai --
 import argparse
 import gc
 import json
+import os
 import pathlib
 import sys
 
@@ -26,13 +27,18 @@ from cluster_sim.cli import command_line, prepare_tensorflow
 
 
 def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: float,
-                 down_s: float) -> list[dict]:
+                 down_s: float, kinds: str = "both") -> list[dict]:
     """Scenario events, one every ``every_s``, none running past ``duration_s``: a pause
-    of each worker in turn, then a kill-and-restart of each, and so on.
+    of each worker in turn, then a kill-and-restart of each, and so on (``kinds``
+    "both"); only kills ("kill", preemptions) or only pauses ("pause").
 
     >>> [(e["action"], e["worker"], e["at_s"]) for e in fault_events(2, 600, 120, 20, 30)]
     [('pause', 0, 120.0), ('pause', 1, 240.0), ('kill', 0, 360.0), ('kill', 1, 480.0)]
+    >>> [e["action"] for e in fault_events(2, 600, 120, 20, 30, kinds="kill")]
+    ['kill', 'kill', 'kill', 'kill']
     """
+    if kinds not in ("both", "kill", "pause"):
+        raise ValueError(f"--faults must be both, kill or pause, got {kinds!r}")
     if every_s <= 0 or pause_s <= 0 or down_s <= 0:
         raise ValueError("--fault-every-s, --pause-s and --down-s must be > 0")
     if max(pause_s, down_s) >= every_s:
@@ -42,7 +48,8 @@ def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: f
     at = float(every_s)
     while at + max(pause_s, down_s) < duration_s:
         worker = len(events) % num_workers
-        if (len(events) // num_workers) % 2 == 0:
+        pause = (len(events) // num_workers) % 2 == 0 if kinds == "both" else kinds == "pause"
+        if pause:
             events.append({"action": "pause", "worker": worker, "at_s": at,
                            "duration_s": pause_s})
         else:
@@ -76,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--down-s", type=float, default=30.0,
                         help="how long a killed worker stays down before its restart "
                              "(default 30)")
+    parser.add_argument("--faults", default="both", choices=("both", "kill", "pause"),
+                        help="pauses and kills in turn (default), or only kills "
+                             "(preemptions: kill -9, restart --down-s later), or only pauses")
+    parser.add_argument("--coordination-service", action="store_true",
+                        help="the chief detects failures through TensorFlow's coordination "
+                             "service (TF_PSS_ENABLE_COORDINATION_SERVICE=1), as in "
+                             "TensorFlow's own fault-tolerance tests")
     parser.add_argument("--policy", default="adaptive", help="policy spec for ksync.parse")
     parser.add_argument("--scenario", default="trace",
                         help="scenario giving the workload and slowdowns, as in the demo "
@@ -108,7 +122,7 @@ def run(args) -> int:
         if args.last_evals < 1:
             raise ValueError("--last-evals must be >= 1")
         events = fault_events(base.num_workers, duration, args.fault_every_s, args.pause_s,
-                              args.down_s)
+                              args.down_s, args.faults)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -119,6 +133,9 @@ def run(args) -> int:
                                target_accuracy=2.0, time_budget_s=duration,
                                max_pushes=10**9)
     arm = Arm(args.policy, args.policy)
+    if args.coordination_service:
+        # Read by TensorFlow when the strategy connects (the chief's side only).
+        os.environ["TF_PSS_ENABLE_COORDINATION_SERVICE"] = "1"
     isolate_loopback()
     results = {}
     with LocalCluster(num_workers=base.num_workers) as cluster:
@@ -146,6 +163,7 @@ def run(args) -> int:
     loss = accuracy["undisturbed"] - accuracy["faulted"]
     report = {
         "argv": command_line(), "policy": args.policy, "minutes": args.minutes,
+        "coordination_service": args.coordination_service,
         "faults_scheduled": events, "faults_applied": faults,
         "counters_consistent": ok_counters, "accuracy_loss": loss,
         "last_evals": args.last_evals,

@@ -1,0 +1,113 @@
+"""The chief's remote calls outside a step, kept out of a cluster being rebuilt.
+
+When a worker fails, TensorFlow's coordinator rebuilds the chief's view of the cluster
+(`update_server_def`, from its failure handler's own thread). A remote call issued from
+another thread of the chief while that runs can crash the process in native code: a
+gate read during a worker preemption under the coordination service took the chief down
+with a segmentation fault, and no Python ``except`` can catch that. So every remote read
+or write ksync makes from the chief outside a step (the gate's read of the PS, the
+rule's refresh, telemetry) goes through `ClusterGuard.call`, which holds the failure
+handler's own update lock for the call (no rebuild starts while it runs) and does not
+call at all while a rebuild is due or running, once the handler has stopped (a PS was
+lost, or the cluster is shutting down), or once the coordinator stopped taking steps.
+
+What it means for training: TensorFlow rebuilds from when it sees a worker fail until
+that worker is back and reconnected (its failure handler waits for it). Meanwhile the
+gate cannot read the PS nor the rule be refreshed, so under a rule that waits (BSP,
+K-sync, Adaptive while it waits) the live workers hold at the gate and the round
+completes when the restarted worker has pushed into it; a rule that never waits (ASP,
+K-async, SSP) goes on with the live workers, as the stock strategy does. A worker that
+freezes without failing (no rebuild) is handled by the rule as before.
+
+The handler's lock, event and run flag are private attributes of TensorFlow's
+`cluster_coordinator` (both handlers, with and without the coordination service, have
+them), tested with the TensorFlow range of `strategies.compat`.
+
+Example:
+
+```python
+guard = ClusterGuard(coordinator._cluster)
+try:
+    counters = guard.call(state.counters)           # from a coordinator thread
+except ClusterRecovering:
+    ...                                             # hold the decision, retry later
+telemetry = guard.call(state.counters, wait=True)   # from the user's thread
+```
+"""
+
+import time
+
+#: longest a call with ``wait`` waits for the cluster to be whole again.
+RECOVERY_WAIT_S = 600.0
+#: seconds between two looks at a cluster being rebuilt, for a call that waits.
+_POLL_S = 0.05
+
+
+class ClusterUnavailable(RuntimeError):
+    """The chief must not call into the cluster now."""
+
+
+class ClusterRecovering(ClusterUnavailable):
+    """TensorFlow is rebuilding the cluster after a worker failure: call again later."""
+
+
+class ClusterStopped(ClusterUnavailable):
+    """The cluster's failure handling has stopped (a PS was lost, or it is shutting
+    down): no remote call from a coordinator thread any more."""
+
+
+class ClusterGuard:
+    """Runs the chief's remote calls only while the cluster is whole (see the module doc)."""
+
+    def __init__(self, cluster):
+        self._cluster = cluster
+        self._handler = cluster.failure_handler
+        self._lock = self._handler._cluster_update_lock  # pylint: disable=protected-access
+        self._due = self._handler._cluster_due_for_update_or_finish  # pylint: disable=protected-access
+        #: calls refused while the cluster was being rebuilt (`ClusterRecovering`).
+        self.refused = 0
+
+    def stopped(self) -> bool:
+        """Whether failure handling or the closure queue has stopped."""
+        return not (self._handler._should_preemption_thread_run  # pylint: disable=protected-access
+                    and self._cluster.closure_queue._should_process_closures)  # pylint: disable=protected-access
+
+    def recovering(self) -> bool:
+        """Whether a rebuild of the cluster is due or running now."""
+        return self._due.is_set() and not self.stopped()
+
+    def call(self, fn, *args, wait: bool = False):
+        """``fn(*args)`` while no rebuild of the cluster can start.
+
+        Without ``wait`` (a coordinator thread, which must never block on a rebuild):
+        raises `ClusterRecovering` while the cluster is being rebuilt, `ClusterStopped`
+        once it is shutting down or lost a PS. With ``wait`` (the user's thread): waits
+        up to `RECOVERY_WAIT_S` for a rebuild to end, and still calls after the handler
+        stopped (TensorFlow then reports an unreachable server as the error it is)."""
+        deadline = time.monotonic() + RECOVERY_WAIT_S
+        while True:
+            stopped = self.stopped()
+            if stopped and not wait:
+                raise ClusterStopped("the cluster is shutting down or lost a parameter "
+                                     "server; ksync makes no more calls into it")
+            if self._lock.acquire(timeout=_POLL_S if wait else 0):
+                try:
+                    # Under the lock: a rebuild neither runs nor starts while fn does.
+                    if stopped or not self._due.is_set():
+                        return fn(*args)
+                finally:
+                    self._lock.release()
+            if not wait:
+                self.refused += 1
+                raise ClusterRecovering("TensorFlow is rebuilding the cluster after a "
+                                        "worker failure")
+            if time.monotonic() > deadline:
+                raise ClusterRecovering(
+                    f"the cluster has been recovering from a worker failure for over "
+                    f"{RECOVERY_WAIT_S:.0f} s; is the failed worker being restarted?")
+            time.sleep(_POLL_S)
+
+
+__all__ = ["ClusterGuard", "ClusterUnavailable", "ClusterRecovering", "ClusterStopped",
+           "RECOVERY_WAIT_S"]
+
