@@ -143,10 +143,11 @@ def check_model(model):
     assert all(np.isfinite(w).all() for w in model.get_weights())
     _, accuracy = model.evaluate(DATA.test_dataset(), steps=1, verbose=0)
     assert accuracy >= 0.9, accuracy
+    return accuracy
 
 
 @pytest.mark.parametrize("policy", [ksync.BSP(), ksync.KSync(k=NUM_WORKERS)], ids=repr)
-def test_worker_killed_mid_round_and_restarted(healthy, policy):
+def test_worker_killed_mid_round_and_restarted(healthy, policy, record_property):
     """A worker is killed mid-round and restarted 3 s later. TensorFlow rebuilds the
     cluster from when it sees the failure until the worker is back: the chief makes no
     remote call then (a gate read during the rebuild crashed the chief in native code),
@@ -180,7 +181,7 @@ def test_worker_killed_mid_round_and_restarted(healthy, policy):
     assert strategy.guard.refused > 0
     assert not strategy.guard.recovering() and strategy.rule.k == NUM_WORKERS
     assert t["version"] > marks["killed"]["version"]
-    check_model(model)
+    record_property("accuracy", check_model(model))  # the margin, in --junitxml
 
 
 def freeze_script(cluster, marks, after_resume_pushes=60):
@@ -209,7 +210,7 @@ def freeze_script(cluster, marks, after_resume_pushes=60):
     return script
 
 
-def test_bsp_waits_for_a_frozen_worker_then_resumes(healthy):
+def test_bsp_waits_for_a_frozen_worker_then_resumes(healthy, record_property):
     marks = {}
     strategy, model = build(healthy, ksync.BSP())
     t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=240))
@@ -224,10 +225,10 @@ def test_bsp_waits_for_a_frozen_worker_then_resumes(healthy):
     # Every round takes one push of each worker; the last may be pending when fit stops.
     pushes = [w["pushes"] for w in t["workers"]]
     assert max(pushes) - min(pushes) <= 1 and t["pending"] < NUM_WORKERS
-    check_model(model)
+    record_property("accuracy", check_model(model))  # the margin, in --junitxml
 
 
-def test_adaptive_keeps_training_while_a_worker_is_frozen(healthy):
+def test_adaptive_keeps_training_while_a_worker_is_frozen(healthy, record_property):
     marks = {}
     strategy, model = build(healthy, ksync.Adaptive(refresh_every=10))
     model.stop_training = False
@@ -254,7 +255,7 @@ def test_adaptive_keeps_training_while_a_worker_is_frozen(healthy):
     victim = t["workers"][VICTIM]
     assert sum(victim["staleness_histogram"][STALENESS_BINS - 1:]) <= victim["dropped"]
     assert t["workers"][VICTIM]["pushes"] > marks["resumed"][1]["workers"][VICTIM]["pushes"]
-    check_model(model)
+    record_property("accuracy", check_model(model))  # the margin, in --junitxml
 
 
 def nan_every(period, worker):
@@ -273,7 +274,8 @@ def nan_every(period, worker):
 
 
 @pytest.mark.parametrize("policy", [ksync.BSP(), ksync.ASP()], ids=repr)
-def test_nan_gradients_from_one_worker_are_rejected_and_counted(cluster, policy):
+def test_nan_gradients_from_one_worker_are_rejected_and_counted(cluster, policy,
+                                                                record_property):
     strategy, model = build(cluster, policy, us_per_sample=0.0)
     t = train_until(strategy, model, lambda t: t["pushed"] >= 600,
                     dataset_fn=nan_every(4, worker=1))
@@ -283,7 +285,7 @@ def test_nan_gradients_from_one_worker_are_rejected_and_counted(cluster, policy)
     # Worker 1 poisons every 4th of its batches, nobody else any.
     assert t["workers"][1]["dropped"] == t["nonfinite"]
     assert t["nonfinite"] >= (t["workers"][1]["pushes"] - 1) // 4
-    check_model(model)
+    record_property("accuracy", check_model(model))  # the margin, in --junitxml
 
 
 def test_ps_restart_restores_the_last_checkpoint_and_continues(healthy, tmp_path):
