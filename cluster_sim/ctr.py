@@ -27,12 +27,14 @@ a separate test set of 50,000 (one example is 0.002 accuracy point).
 
 **The model** (`embedding_mlp`, `CTR_TRAINING`): an ``Embedding`` of dimension 16 per
 field, 64,080 rows in all (1,025,280 parameters, sharded over the PS tasks by a variable
-partitioner in real runs), concatenated with the dense features into a ReLU MLP (64, 32)
-with 2 logits (10,658 parameters); softmax cross-entropy as `compile_classifier`. The
-embedding gradients are ``IndexedSlices``: a 32-sample step touches about 180 rows. Its
-numpy twin for the simulator is `cluster_sim.numpy_ctr.EmbeddingMLP`.
+partitioner in real runs: `TablePartitioner`, as `cluster_sim.harness.run` builds it),
+concatenated with the dense features into a ReLU MLP (64, 32) with 2 logits (10,658
+parameters); softmax cross-entropy as `compile_classifier`. The embedding gradients are
+``IndexedSlices``: a 32-sample step touches about 180 rows. Its numpy twin for the
+simulator is `cluster_sim.numpy_ctr.EmbeddingMLP`.
 
-**Targets** (`CTR_TARGETS`; `CTR_TARGET` is the early one, ``Dataset.target``), placed
+**Targets** (`CTR_TARGETS`; `CTR_TARGET` is the early one, ``Dataset.target``; both are
+``Dataset.targets``, and a scenario's ``target = "late"`` picks the late one), placed
 with the large-batch SGD curve of the numpy twin, as BSP with 8 workers x 32 trains it
 (batch 256, momentum 0.9; `sgd_curve`), at learning rates 0.025-1.6. Rates 0.1-0.2 are
 best (0.4 is no faster and noisier, 1.6 diverges), and the test loss reaches its lowest,
@@ -71,7 +73,7 @@ import dataclasses
 import numpy as np
 
 __all__ = ["CTRLayout", "CTR_TARGET", "CTR_TARGETS", "CTR_TRAINING", "generate",
-           "embedding_mlp", "sgd_curve", "place_targets"]
+           "embedding_mlp", "TablePartitioner", "sgd_curve", "place_targets"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,6 +231,36 @@ def embedding_mlp(layout: CTRLayout, num_classes: int = 2, embedding_dim: int = 
     for width in hidden:
         h = keras.layers.Dense(width, activation="relu")(h)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(h))
+
+
+@dataclasses.dataclass(frozen=True)
+class TablePartitioner:
+    """A ``variable_partitioner`` for the parameter-server strategy that shards the
+    embedding tables of `embedding_mlp` over ``num_shards`` PS tasks (by rows, each
+    table in ``min(num_shards, rows)`` parts) and leaves every other variable whole
+    (the MLP, the slowdown layer's delays: placed round-robin over the tasks), as
+    recommendation models are served: the tables are what is large and read sparsely.
+
+    A partitioner sees a variable's shape and dtype only, so a table is told by its
+    shape, ``(buckets[f], embedding_dim)``: a Dense kernel of exactly such a shape
+    would be sharded too (harmless: placement only, the arithmetic is the same).
+
+    >>> p = TablePartitioner(CTRLayout((32, 4), 2), embedding_dim=8, num_shards=2)
+    >>> p(shape=(32, 8), dtype="float32"), p(shape=(4, 8)), p(shape=(18, 64)), p(shape=(64,))
+    ([2, 1], [2, 1], [1, 1], [1])
+    """
+
+    layout: CTRLayout
+    embedding_dim: int = CTR_TRAINING["embedding_dim"]
+    num_shards: int = 2
+
+    def __call__(self, shape, dtype=None, axis=0):
+        dims = [int(d) for d in shape]
+        out = [1] * len(dims)
+        tables = {(int(b), int(self.embedding_dim)) for b in self.layout.buckets}
+        if tuple(dims) in tables:
+            out[0] = max(1, min(int(self.num_shards), dims[0]))
+        return out
 
 
 def sgd_curve(data, learning_rate: float, updates: int, batch_size: int = 256,

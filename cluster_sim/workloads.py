@@ -69,11 +69,15 @@ class Dataset:
     #: The workload's registry name (`WORKLOADS`), "" for arrays built by hand.
     name: str = ""
     #: What the workload counts as trained: ``{"loss": ..., "accuracy": ...}`` on the
-    #: test set, or None when it states no target.
+    #: test set, or None when it states no target. The default of `target_named`.
     target: dict | None = None
     #: How a row of ``x`` is laid out when it is not plain features: a
     #: `cluster_sim.ctr.CTRLayout` (categorical ids, then dense features) for ``ctr``.
     layout: object = None
+    #: Further targets by name, e.g. ``{"early": ..., "late": ...}`` (``ctr``): the
+    #: ``target`` a scenario or `cluster_sim.harness.config.RunConfig` names
+    #: (``target = "late"``) picks one (`target_named`). None: ``target`` alone.
+    targets: dict | None = None
 
     @property
     def num_features(self) -> int:
@@ -82,6 +86,26 @@ class Dataset:
     @property
     def num_classes(self) -> int:
         return int(self.y_train.max()) + 1
+
+    def target_named(self, name: str | None = None) -> dict | None:
+        """The target called ``name`` (a key of ``targets``), or ``target`` for None.
+
+        >>> d = ctr(train_size=10, test_size=10)
+        >>> d.target_named(None) == d.target_named("early"), d.target_named("late")
+        (True, {'loss': 0.465})
+        >>> d.target_named("final")
+        Traceback (most recent call last):
+        ...
+        ValueError: workload 'ctr' has no target 'final' (it has 'early', 'late')
+        """
+        if name is None:
+            return self.target
+        named = self.targets or {}
+        if name not in named:
+            have = ", ".join(repr(n) for n in sorted(named)) or "only its default one"
+            raise ValueError(f"workload {self.name or 'data'!r} has no target {name!r} "
+                             f"(it has {have})")
+        return named[name]
 
     def dataset_fn(self, batch_size: int | None, num_shards: int | None = None,
                    shuffle_seed: int | None = 0, repeat: bool = True):
@@ -225,16 +249,17 @@ def teacher(seed: int = 0, num_features: int = 32, num_classes: int = 10,
 def ctr(seed: int = 0, train_size: int = 1_000_000, test_size: int = 50_000,
         **kwargs) -> Dataset:
     """The click-through workload (`cluster_sim.ctr.generate`; ``kwargs`` go there), with
-    its early target (`cluster_sim.ctr.CTR_TARGETS` has the late one too).
+    its early target as ``target`` and both `cluster_sim.ctr.CTR_TARGETS` as ``targets``
+    (``"early"``, ``"late"``: `Dataset.target_named`).
 
     >>> d = ctr(train_size=1000, test_size=500)
     >>> d.x_train.shape, d.num_classes, d.layout.num_fields, d.name
     ((1000, 12), 2, 8, 'ctr')
     """
-    from cluster_sim.ctr import CTR_TARGET, generate
+    from cluster_sim.ctr import CTR_TARGET, CTR_TARGETS, generate
     x_tr, y_tr, x_te, y_te, layout, _ = generate(seed, train_size, test_size, **kwargs)
     return Dataset(x_tr, y_tr, x_te, y_te, name="ctr", target=dict(CTR_TARGET),
-                   layout=layout)
+                   layout=layout, targets={k: dict(v) for k, v in CTR_TARGETS.items()})
 
 
 #: Workloads by name: what a scenario's ``data = "..."`` and `load` accept.

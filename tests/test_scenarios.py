@@ -20,7 +20,7 @@ SHARED_USAGE = SHARED_TRACES.parent / "alibaba2018_machine_usage"
 HAVE_USAGE = usage_file(SHARED_USAGE).is_file()
 NO_USAGE = "../shared/traces/alibaba2018_machine_usage not present (it is never shipped)"
 BENCH = {"homogeneous", "static", "slow3x", "trace", "colocated", "colocated_usage", "pause",
-         "churn"}
+         "churn", "ctr_static"}
 
 MINIMAL = "workers = 2\n"
 
@@ -175,6 +175,10 @@ def test_scenario_checks_one_slowdown_list_per_worker():
     ("workers = 2\n[[events]]\naction = 'pause'\nworker = 0\nat_s = 1\nduration_s = 10\n"
      "[[events]]\naction = 'kill'\nworker = 0\nat_s = 5\n", r"events: worker 0: kill at 5"),
     ("workers = 2\ndata = 'imagenet'\n", r"data: unknown dataset 'imagenet'"),
+    ("workers = 2\ndata = 'ctr'\ntarget = 'final'\n",
+     r"target: workload 'ctr' has no target 'final' \(it has 'early', 'late'\)"),
+    ("workers = 2\ndata = 'teacher'\ntarget = 'late'\n", r"target: .* names none"),
+    ("workers = 2\nps = 0\n", r"ps: must be > 0"),
     ("workers = 2\ntarget_loss = -0.5\n", r"target_loss: must be > 0"),
     ("workers = 2\n[model]\nhidden = [64, 0]\n", r"model.hidden"),
     ("workers = 2\n[training]\nmomentum = 1.5\n", r"training.momentum"),
@@ -220,7 +224,9 @@ def test_bench_set_is_complete_and_every_file_loads_with_8_workers():
         if name == "bench/colocated_usage" and not HAVE_USAGE:
             continue  # its own tests below
         s = load_scenario(name)
-        assert (s.name, s.num_workers, s.data) == (name, 8, "teacher")
+        held_out = name.startswith("bench/ctr_")  # the held-out workload, on 2 PS tasks
+        assert (s.name, s.num_workers, s.data, s.num_ps) == (
+            name, 8, "ctr" if held_out else "teacher", 2 if held_out else 1)
         assert load_scenario(s.name) == s  # the name in a results file loads it again
         # 1.0 = the reference; a trace's fastest median is 1.0, its fast moments a bit more.
         assert all(0 < v <= (1.2 if name == "bench/trace" else 1.0) for v in s.speeds_at(0.0))
@@ -235,6 +241,35 @@ def test_bench_set_is_complete_and_every_file_loads_with_8_workers():
     from cluster_sim.harness.config import RunConfig, load_data, targets
     assert targets(RunConfig.from_scenario(demo), load_data(demo))["target_loss"] == 1.3
     assert load_scenario("static").target_loss is None
+
+
+def test_ctr_scenarios_shard_over_2_ps_and_choose_a_target():
+    """The held-out workload's files: bench/ctr_static is bench/static's speeds with the
+    ctr model and training settings (`cluster_sim.ctr.CTR_TRAINING`) on 2 PS tasks, to
+    the early target unless told ``target = "late"``; ctr_small is the tests' 2 x 2."""
+    from cluster_sim.ctr import CTR_TARGETS, CTR_TRAINING
+    from cluster_sim.harness.config import RunConfig, targets
+    from cluster_sim.workloads import load
+    s = load_scenario("bench/ctr_static")
+    assert s.speeds_at(0) == load_scenario("bench/static").speeds_at(0)
+    assert (s.num_ps, s.data, s.hidden, s.learning_rate, s.momentum, s.batch_size) == (
+        2, "ctr", CTR_TRAINING["hidden"], CTR_TRAINING["learning_rate"],
+        CTR_TRAINING["momentum"], CTR_TRAINING["batch_size"])
+    data = load("ctr", train_size=10, test_size=10)
+    assert targets(RunConfig.from_scenario(s), data)["target_loss"] == \
+        CTR_TARGETS["early"]["loss"]
+    late = load_scenario("bench/ctr_static", overrides={"target": "late"})
+    assert late.target == "late" and RunConfig.from_scenario(late).target == "late"
+    assert targets(RunConfig.from_scenario(late), data)["target_loss"] == \
+        CTR_TARGETS["late"]["loss"]
+    # An explicit target loss wins; a file without a target takes the workload's default.
+    assert targets(RunConfig(target="late", target_loss=0.5), data)["target_loss"] == 0.5
+    small = load_scenario("ctr_small")
+    assert (small.num_workers, small.num_ps, small.data, small.target) == (2, 2, "ctr", None)
+    assert targets(RunConfig.from_scenario(small), data)["target_loss"] == \
+        CTR_TARGETS["early"]["loss"]
+    with pytest.raises(ValueError, match="has no target 'late'"):
+        targets(RunConfig(target="late"), load("teacher", train_size=10, test_size=10))
 
 
 def test_bench_static_spans_4x_and_the_others_are_what_they_say():

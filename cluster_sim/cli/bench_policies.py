@@ -564,7 +564,7 @@ def run(args) -> int:
             log(f"resuming the simulated runs in {out} (with their framework costs)")
         else:
             from cluster_sim.local_cluster import LocalCluster
-            with LocalCluster(num_workers=first.num_workers) as cluster:
+            with LocalCluster(num_workers=first.num_workers, num_ps=first.num_ps) as cluster:
                 costs = _probe_costs(cluster, first, args.probe_repeats, log)
     deadline = (time.monotonic() + 60.0 * args.stop_after
                 if args.stop_after is not None else None)
@@ -633,7 +633,8 @@ def run(args) -> int:
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
-            with LocalCluster(num_workers=scenario.num_workers) as cluster:
+            with LocalCluster(num_workers=scenario.num_workers,
+                              num_ps=scenario.num_ps) as cluster:
                 if before is not None and args.costs == "probe":
                     costs = dict(before["costs"])  # the costs its runs were made with
                     log(f"resuming the runs in {store_dir} (with their framework costs)")

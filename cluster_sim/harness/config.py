@@ -29,6 +29,9 @@ class RunConfig:
     eval_relative_gap * t)`` apart at training time ``t``. ``check_evaluator`` also
     evaluates the final weights with ``model.evaluate`` on the cluster and records both
     (``result["evaluator"]["check"]``), to show the numpy evaluation is Keras's.
+    ``target`` names which of the workload's targets counts (``"early"``, ``"late"``:
+    `cluster_sim.workloads.Dataset.target_named`); None: its default one. An explicit
+    ``target_loss`` wins over both (`targets`).
     """
 
     speeds: tuple = (1.0, 1.0, 0.5, 0.25)
@@ -41,6 +44,7 @@ class RunConfig:
     max_updates: int | None = None
     target_accuracy: float = 0.93
     target_loss: float | None = None
+    target: str | None = None
     time_budget_s: float = 120.0
     eval_relative_gap: float = EVAL_RELATIVE_GAP
     eval_min_gap_s: float = 0.25
@@ -57,7 +61,7 @@ class RunConfig:
                       learning_rate=scenario.learning_rate, momentum=scenario.momentum,
                       hidden=tuple(scenario.hidden), max_pushes=scenario.max_pushes,
                       target_accuracy=scenario.target_accuracy,
-                      target_loss=scenario.target_loss,
+                      target_loss=scenario.target_loss, target=scenario.target,
                       time_budget_s=scenario.time_budget_s)
         return cls(**dict(values, **overrides))
 
@@ -70,15 +74,25 @@ def load_data(scenario):
 
 def targets(config, data) -> dict:
     """The run's targets, ``{"target_loss", "target_accuracy"}``: the config's when it
-    sets a target loss, else the workload's (``data.target``) when that has a loss, else
-    the config's accuracy alone. A target loss is what ends the run.
+    sets a target loss, else the workload's when that has a loss (``data.target``, or
+    the one ``config.target`` names: ``data.target_named``), else the config's accuracy
+    alone. A target loss is what ends the run. Naming a target the workload does not
+    have raises ValueError.
 
     >>> targets(RunConfig(target_accuracy=0.9), None)
     {'target_loss': None, 'target_accuracy': 0.9}
+    >>> from cluster_sim.workloads import load
+    >>> targets(RunConfig(target="late"), load("ctr", train_size=10, test_size=10))
+    {'target_loss': 0.465, 'target_accuracy': 0.93}
     """
     if config.target_loss is not None:
         return {"target_loss": config.target_loss, "target_accuracy": config.target_accuracy}
-    own = getattr(data, "target", None) or {}
+    if config.target is not None:
+        if data is None or not hasattr(data, "target_named"):
+            raise ValueError(f"target {config.target!r}: no workload to take it from")
+        own = data.target_named(config.target) or {}
+    else:
+        own = getattr(data, "target", None) or {}
     if own.get("loss") is not None:
         return {"target_loss": float(own["loss"]),
                 "target_accuracy": own.get("accuracy", config.target_accuracy)}

@@ -3,9 +3,10 @@
 Validating through ``fit``'s ``validation_data`` drains every worker at the end of each
 epoch (a barrier that distorts asynchronous rules) and costs a cluster evaluate. Instead,
 `BackgroundEvaluator` is a thread on the chief that, while training continues, reads the
-model's dense weights from the parameter server, evaluates them in numpy on the whole
-validation set with the simulator's forward pass (`cluster_sim.numpy_mlp.MLP`: one
-implementation of the network for both), and records a curve point ``{"wall_s",
+model's trainable weights from the parameter server, evaluates them in numpy on the whole
+validation set with the simulator's forward pass (`cluster_sim.numpy_mlp.MLP`, or for a
+workload with embedding tables, ``ctr``, `cluster_sim.numpy_ctr.EmbeddingMLP`: one
+implementation of the network for both; `numpy_twin`), and records a curve point ``{"wall_s",
 "pushes", "version", "loss", "accuracy", "workers", "read_s", "eval_s"}``. Points are at
 most ``relative_gap`` of the training time so far apart (and at least ``min_gap_s``), so
 the time to target interpolated between two of them (`cluster_sim.report.curve_tta`) is
@@ -32,7 +33,7 @@ import numpy as np
 from cluster_sim.report.results import EVAL_RELATIVE_GAP, target_reached
 from cluster_sim.numpy_mlp import MLP
 
-__all__ = ["BackgroundEvaluator", "dense_layers"]
+__all__ = ["BackgroundEvaluator", "dense_layers", "numpy_twin"]
 
 
 def dense_layers(model):
@@ -42,14 +43,53 @@ def dense_layers(model):
     return [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
 
 
+def numpy_twin(model, data=None):
+    """``(network, variables)``: the numpy network that evaluates ``model`` and the
+    model's variables whose values, flattened and joined in order, are its ``params``.
+
+    For a workload with a ``layout`` (``ctr``, `cluster_sim.ctr.embedding_mlp`): a
+    `cluster_sim.numpy_ctr.EmbeddingMLP` of the model's table and layer sizes, and all
+    of ``model.trainable_weights`` (the tables in field order, then the Dense layers;
+    a table sharded over the PS tasks is listed shard by shard, in row order, so its
+    shards flattened in turn are the whole table flattened). Otherwise a
+    `cluster_sim.numpy_mlp.MLP` of the Dense layers and their kernels and biases.
+    """
+    layers = dense_layers(model)
+    if not layers:
+        raise ValueError("the model has no Dense layers: the background evaluator "
+                         "rebuilds an MLP (cluster_sim.workloads.build_model)")
+    sizes = [layers[0].kernel.shape[0]] + [layer.kernel.shape[1] for layer in layers]
+    layout = getattr(data, "layout", None)
+    if layout is None:
+        variables = [v for layer in layers for v in (layer.kernel, layer.bias)]
+        return MLP(sizes[0], sizes[-1], sizes[1:-1]), variables
+    import tf_keras as keras
+
+    from cluster_sim.numpy_ctr import EmbeddingMLP
+    tables = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)]
+    if [t.input_dim for t in tables] != list(layout.buckets):
+        raise ValueError(f"the model's embedding tables have {[t.input_dim for t in tables]}"
+                         f" rows, the workload's layout {list(layout.buckets)}")
+    network = EmbeddingMLP(layout.buckets, layout.num_dense, sizes[-1],
+                           tables[0].output_dim, sizes[1:-1])
+    variables = list(model.trainable_weights)
+    held = sum(int(np.prod(v.shape)) for v in variables)
+    if held != network.num_params:
+        raise ValueError(f"the model's trainable weights hold {held} numbers, its numpy "
+                         f"twin {network.num_params}: not cluster_sim.ctr.embedding_mlp")
+    return network, variables
+
+
 class BackgroundEvaluator(threading.Thread):
     """Evaluates the PS's current weights on ``data``'s validation rows every so often.
 
     Args:
-      model: the tf_keras MLP being trained (Dense layers, ReLU between, logits out).
+      model: the tf_keras model being trained (`cluster_sim.workloads.build_model`: an
+        MLP, or embedding tables under one for ``ctr``; `numpy_twin`).
       strategy: its `strategies.KSyncStrategy` (for the counters: pushes, version, and
         per-worker pushes, samples and busy time).
-      data: a `cluster_sim.workloads.Dataset` (``x_test``, ``y_test``).
+      data: a `cluster_sim.workloads.Dataset` (``x_test``, ``y_test``; its ``layout``
+        tells a ``ctr`` model).
       clock: the training clock (seconds of training so far).
       target_loss / target_accuracy: ``done`` once validation loss is at most
         ``target_loss`` (accuracy at least ``target_accuracy`` when no target loss).
@@ -64,13 +104,7 @@ class BackgroundEvaluator(threading.Thread):
                  max_updates=None, relative_gap=EVAL_RELATIVE_GAP, min_gap_s=0.25,
                  on_point=None, allocation=False):
         super().__init__(daemon=True, name="ksync-evaluator")
-        layers = dense_layers(model)
-        if not layers:
-            raise ValueError("the model has no Dense layers: the background evaluator "
-                             "rebuilds an MLP (cluster_sim.workloads.mlp)")
-        sizes = [layers[0].kernel.shape[0]] + [layer.kernel.shape[1] for layer in layers]
-        self.network = MLP(sizes[0], sizes[-1], sizes[1:-1])
-        self._variables = [v for layer in layers for v in (layer.kernel, layer.bias)]
+        self.network, self._variables = numpy_twin(model, data)
         self.model, self.strategy, self.clock = model, strategy, clock
         self.x, self.y = data.x_test, np.asarray(data.y_test)
         self.target_loss, self.target_accuracy = target_loss, target_accuracy
@@ -84,7 +118,8 @@ class BackgroundEvaluator(threading.Thread):
         self._lock = threading.Lock()  # one evaluation at a time (thread and final call)
 
     def read_weights(self) -> list:
-        """The dense kernels and biases as numpy arrays, read from the PS."""
+        """The network's weights (`numpy_twin`'s variables) as numpy arrays, read from
+        the PS."""
         return [np.asarray(v.numpy()) for v in self._variables]
 
     def evaluate_weights(self, weights) -> tuple[float, float]:

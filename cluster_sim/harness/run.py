@@ -24,7 +24,7 @@ Example:
 
 ```python
 scenario = load_scenario("static")
-with LocalCluster(num_workers=scenario.num_workers) as cluster:
+with LocalCluster(num_workers=scenario.num_workers, num_ps=scenario.num_ps) as cluster:
     result = run_arm(cluster, Arm("adaptive+alloc", "adaptive", allocation="forecast"),
                      scenario, seed=0)
 print(result["tta_s"], result["hardware_efficiency"])
@@ -49,9 +49,11 @@ _FIT_RETRIES = 3
 
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             config: RunConfig | None = None, data=None, progress=None) -> dict:
-    """Train the scenario's MLP on its workload under ``arm``; the measurements as a
-    `cluster_sim.report.RunResult` dict (plus ``evaluator``: the median costs of the
-    background evaluation).
+    """Train the scenario's model (`cluster_sim.workloads.build_model`: an MLP, or for
+    ``ctr`` embedding tables under one, the tables sharded over the cluster's PS tasks
+    by `cluster_sim.ctr.TablePartitioner`) on its workload under ``arm``; the
+    measurements as a `cluster_sim.report.RunResult` dict (plus ``evaluator``: the
+    median costs of the background evaluation).
     ``config`` defaults to the scenario's; ``seed`` to the config's. After every
     evaluation ``progress(pushes, accuracy)`` is called, or ``progress.point(point)``
     (the whole curve point, loss included) when ``progress`` has that method, as
@@ -61,15 +63,18 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
 
     from cluster_sim.harness.evaluator import BackgroundEvaluator
     from cluster_sim.slowdown import SlowdownLayer
-    from cluster_sim.workloads import compile_classifier, mlp
+    from cluster_sim.workloads import build_model, compile_classifier
     from strategies import KSyncStrategy
 
     config = config or RunConfig.from_scenario(scenario)
     seed = config.seed if seed is None else seed
     n = scenario.num_workers
-    if n != cluster.num_workers:
-        raise ValueError(f"scenario {scenario.name!r} has {n} workers, the cluster "
-                         f"{cluster.num_workers}; start the cluster from the scenario.")
+    num_ps = cluster.config.num_ps
+    if (n, scenario.num_ps) != (cluster.num_workers, num_ps):
+        raise ValueError(f"scenario {scenario.name!r} has {n} workers and "
+                         f"{scenario.num_ps} PS, the cluster {cluster.num_workers} and "
+                         f"{num_ps}; start the cluster from the scenario "
+                         "(LocalCluster(num_workers=..., num_ps=scenario.num_ps)).")
     data = data or load_data(scenario)
     goal = targets(config, data)
     policy = arm.make_policy()
@@ -80,12 +85,12 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             allocation_mode=arm.allocation, allocate_every=config.allocate_every,
             forecaster=(predictor.GRUSmoothingForecaster.default()
                         if arm.allocation == "forecast" else None))
-    strategy = KSyncStrategy(cluster.resolver(), policy=policy, **allocation)
+    strategy = KSyncStrategy(cluster.resolver(), variable_partitioner(data, num_ps),
+                             policy=policy, **allocation)
     with strategy.scope():
         slowdown = SlowdownLayer(n)
         model = compile_classifier(
-            mlp(data.num_features, data.num_classes, hidden=config.hidden, seed=seed,
-                slowdown=slowdown),
+            build_model(data, hidden=config.hidden, seed=seed, slowdown=slowdown),
             keras_sgd(arm.step_size(config)))
     clock = _TrainingClock()
     evaluator = BackgroundEvaluator(
@@ -139,6 +144,26 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     # report every failed attempt to reach it.
     strategy.shutdown()
     return result
+
+
+def variable_partitioner(data, num_ps: int):
+    """How `run_arm` shards the model's variables over ``num_ps`` PS tasks: a workload
+    with embedding tables (``data.layout``, ``ctr``) has its tables sharded by rows over
+    all of them (`cluster_sim.ctr.TablePartitioner`, at the embedding dimension
+    `cluster_sim.workloads.build_model` gives them); anything else, and any workload on
+    one PS, is not sharded (None: whole variables, placed round-robin).
+
+    >>> from cluster_sim.workloads import load
+    >>> variable_partitioner(load("ctr", train_size=10, test_size=10), 2).num_shards
+    2
+    >>> variable_partitioner(load("teacher", train_size=10, test_size=10), 2) is None
+    True
+    """
+    layout = getattr(data, "layout", None)
+    if layout is None or num_ps < 2:
+        return None
+    from cluster_sim.ctr import CTR_TRAINING, TablePartitioner
+    return TablePartitioner(layout, CTR_TRAINING["embedding_dim"], num_ps)
 
 
 def keras_sgd(lr):

@@ -133,7 +133,10 @@ class Scenario:
 
     ``slowdowns[i]`` is worker i's tuple of `SpeedSchedule` factors (their product is its
     speed); ``events`` are sorted by time. ``target_loss`` (validation loss), when set,
-    is the target instead of the workload's own (`cluster_sim.harness.config.targets`).
+    is the target instead of the workload's own (`cluster_sim.harness.config.targets`);
+    ``target`` names one of the workload's own (``"early"``, ``"late"``: ``ctr`` has
+    both), None its default. ``num_ps`` is the real cluster's PS tasks: a workload with
+    embedding tables (``ctr``) has them sharded over all of them.
     """
 
     name: str
@@ -148,6 +151,7 @@ class Scenario:
     events: tuple = ()
     target_accuracy: float = 0.93
     target_loss: float | None = None
+    target: str | None = None
     time_budget_s: float = 120.0
     max_pushes: int = 1200
     us_per_sample: float = 300.0

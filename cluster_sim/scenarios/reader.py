@@ -1,9 +1,11 @@
 """Reading scenarios from TOML: the built-ins in ``cluster_sim/scenarios/*.toml`` or any file.
 
 Built-ins: ``homogeneous``, ``static``, ``slow3x``, ``trace``, ``colocated``, ``pause``,
-``churn`` (4 workers, digits: the demo's and the tests'), and the benchmark's 8-worker set
+``churn`` (4 workers, digits: the demo's and the tests'), ``ctr_small`` (the held-out
+``ctr`` workload on 2 workers and 2 PS tasks, for tests), and the benchmark's 8-worker set
 ``bench/<name>`` (`bench_names`: the same seven names plus ``colocated_usage``, on the
-``teacher`` workload; see ``bench/README.md``). Every problem raises ``ValueError`` naming
+``teacher`` workload, and ``ctr_static``, the held-out workload on 2 PS tasks; see
+``bench/README.md``). Every problem raises ``ValueError`` naming
 the file and the key.
 
 TOML keys (all optional except ``workers``)::
@@ -11,8 +13,12 @@ TOML keys (all optional except ``workers``)::
     name = "static"          # default: the file's stem
     description = "..."
     workers = 4
-    ps = 1
-    data = "digits"                    # or "teacher" (cluster_sim.workloads)
+    ps = 1                             # PS tasks of the real cluster (ctr shards its
+                                       # embedding tables over them)
+    data = "digits"                    # or "teacher", "ctr" (cluster_sim.workloads)
+    target = "late"                    # which of the workload's targets (ctr: "early",
+                                       # the default, or "late"); omit: its default
+    target_loss = 0.5                  # a validation loss instead of the workload's
     target_accuracy = 0.93
     time_budget_s = 120.0
     max_pushes = 1200
@@ -71,6 +77,7 @@ from __future__ import annotations
 import pathlib
 import tomllib
 
+from cluster_sim.ctr import CTR_TARGETS
 from cluster_sim.scenarios.machine_usage import machine_speeds, usage_file, usage_schedules
 from cluster_sim.scenarios.model import Event, Scenario, SpeedSchedule
 from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR, load_trace_series, trace_schedules
@@ -81,13 +88,15 @@ __all__ = ["BUILTIN_DIR", "BENCH_DIR", "builtin_names", "bench_names", "load_sce
 BUILTIN_DIR = pathlib.Path(__file__).parent
 BENCH_DIR = BUILTIN_DIR / "bench"
 
-_TOP_KEYS = {"name", "description", "workers", "ps", "data", "target_accuracy",
+_TOP_KEYS = {"name", "description", "workers", "ps", "data", "target", "target_accuracy",
              "target_loss", "time_budget_s", "max_pushes", "us_per_sample", "model", "training",
              "slowdowns", "events"}
 _TRACE_KEYS = {"dir", "job", "workers", "time_unit_s"}
 _USAGE_KEYS = {"dir", "machines", "workers", "grid_s", "time_unit_s", "start_s"}
-# The workloads of `cluster_sim.workloads` a scenario may name.
-_DATASETS = ("digits", "teacher")
+# The workloads of `cluster_sim.workloads` a scenario may name, and the targets each
+# names (`cluster_sim.workloads.Dataset.targets`; none: only its default target).
+_DATASETS = ("digits", "teacher", "ctr")
+_NAMED_TARGETS = {"ctr": tuple(CTR_TARGETS)}
 
 
 def builtin_names() -> list[str]:
@@ -203,6 +212,12 @@ class _Reader:
         data = self.get(table, "data", str, "digits")
         if data not in _DATASETS:
             self.fail("data", f"unknown dataset {data!r} (built in: {', '.join(_DATASETS)})")
+        named = self.get(table, "target", str, None)
+        if named is not None and named not in _NAMED_TARGETS.get(data, ()):
+            have = _NAMED_TARGETS.get(data)
+            self.fail("target", f"workload {data!r} has no target {named!r} " + (
+                f"(it has {', '.join(map(repr, have))})" if have else
+                "(it names none: omit target, or set target_loss)"))
         us_per_sample = self.get(table, "us_per_sample", float, 300.0)
         batch_size = self.get(training, "batch_size", int, 32, "training.")
         momentum = self.get(training, "momentum", float, 0.9, "training.", positive=False)
@@ -227,7 +242,7 @@ class _Reader:
                 learning_rate=self.get(training, "learning_rate", float, 0.05, "training."),
                 momentum=momentum, slowdowns=tuple(tuple(f) for f in factors),
                 events=tuple(events), target_accuracy=target,
-                target_loss=self.get(table, "target_loss", float, None),
+                target_loss=self.get(table, "target_loss", float, None), target=named,
                 time_budget_s=self.get(table, "time_budget_s", float, 120.0),
                 max_pushes=self.get(table, "max_pushes", int, 1200),
                 us_per_sample=us_per_sample, inject=inject,
