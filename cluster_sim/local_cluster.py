@@ -9,8 +9,9 @@ when this process dies.
 Example:
 
 ```python
-with LocalCluster(num_workers=3) as cluster:
-    strategy = strategies.KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
+import ksync
+with ksync.LocalCluster(num_workers=3) as cluster:     # ksync.LocalCluster is LocalCluster
+    strategy = ksync.KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
 ```
 """
 

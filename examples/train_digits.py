@@ -1,8 +1,8 @@
 """Train a small MLP on scikit-learn's digits with `KSyncStrategy`, unchanged anywhere.
 
 * One machine (no TF_CONFIG): starts a local cluster of one parameter server and
-  ``--workers`` workers as separate processes on 127.0.0.1 (`cluster_sim.local_cluster.LocalCluster`)
-  and trains on it, this process being the chief:
+  ``--workers`` workers as separate processes on 127.0.0.1 (`ksync.LocalCluster`) and
+  trains on it, this process being the chief:
 
       python examples/train_digits.py --policy bsp
 
@@ -71,20 +71,17 @@ def train(strategy, args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from strategies.launch_env import quiet_tensorflow
-    quiet_tensorflow(args.verbose)
+    import ksync
+    ksync.quiet_tensorflow(args.verbose)
     if os.environ.get("TF_CONFIG"):
         # On a real cluster: this process is the chief named by TF_CONFIG.
-        from strategies.launch import strategy_from_tf_config
-        result = train(strategy_from_tf_config(policy=args.policy), args)
+        result = train(ksync.strategy_from_tf_config(policy=args.policy), args)
     else:
         # On one machine: the same training against a local cluster of processes.
-        from cluster_sim.local_cluster import LocalCluster
         from cluster_sim.netns import isolate_loopback
-        from strategies import KSyncStrategy
         isolate_loopback()  # keep the local servers off the machine's real interfaces
-        with LocalCluster(num_workers=args.workers) as cluster:
-            result = train(KSyncStrategy(cluster.resolver(), policy=args.policy), args)
+        with ksync.LocalCluster(num_workers=args.workers) as cluster:
+            result = train(ksync.KSyncStrategy(cluster.resolver(), policy=args.policy), args)
             # Free the model's functions while the servers still answer: freed after
             # they stop, each one logs a "failed to remove function remotely" error.
             gc.collect()

@@ -3,8 +3,9 @@
 Both models see the last ``window`` speeds as log-ratios to a reference value
 and output ``log(y[t+k] / reference)`` for ``k = 1..horizon`` directly (one head
 per step, no error feedback). Working in log-ratios makes one model serve
-workers whose speeds differ by orders of magnitude; the L1 loss makes it
-forecast the conditional median, which is what MAPE rewards on spiky series.
+workers whose speeds differ by orders of magnitude. The default loss is MAPE,
+|forecast / truth - 1|, the evaluation metric itself (``loss="mape"``);
+``loss="l1_log"`` makes it forecast the conditional median instead.
 
 * ``GRUSmoothingForecaster``: the reference is the exponential-smoothing level
   (by default restarted at change points, ``windows.changepoint_levels``, so it

@@ -42,7 +42,8 @@ class AllocationSchedule:
         default, 1, is the window the sizes hold for (the next one re-allocates): a mean
         over 10 windows let the default forecaster hedge for a return of the speeds, which
         on `colocated` (speeds switching every 12 windows) left a slowed worker a larger
-        batch (the replay in README, "Forecasts judged by the allocations they make").
+        batch (docs/user-guide.md, "Speed forecasting", has the replay; docs/design-notes.md,
+        "A forecast horizon of 10 windows", the figures).
       step_cost: a `predictor.step_cost.StepCostEstimate` for `observe_window`
         (default: a new one); None measures speeds as samples over busy time.
     """

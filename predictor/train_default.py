@@ -12,7 +12,7 @@ every PAI job's workers except one validation worker per job (early stopping
 only), plus, with ``--machine-usage``, the training half of the 2018
 machine-usage machines; the other half stays held out for the regret evaluation.
 ``--holdout worker`` trains on the training workers of the worker split instead
-(its test workers never seen), as releases before issue 21 did.
+(its test workers never seen).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """strategies: the `tf.distribute` strategy, its Keras callback and the TF_CONFIG tools.
 
 `KSyncStrategy`, `KSyncTelemetryCallback` and `KSyncLossCallback` are imported on first
-use, so the launcher and `strategies.tf_config` load without TensorFlow.
+use, so the launcher and `strategies.tf_config` load without TensorFlow. A training script
+reaches them, and the checkpoint and launch helpers, as `ksync.KSyncStrategy`, ... (the
+package's public namespace, `import ksync`); the names here stay for existing code.
 """
 
 __all__ = ["KSyncStrategy", "KSyncTelemetryCallback", "KSyncLossCallback"]

@@ -82,10 +82,10 @@ class KSyncLossCallback(keras.callbacks.Callback):
     Example:
 
     ```python
-    strategy = strategies.KSyncStrategy(resolver, policy=ksync.AdaSync(k0=1))
+    strategy = ksync.KSyncStrategy(resolver, policy=ksync.AdaSync(k0=1))
     ...
     model.fit(ds, epochs=20, steps_per_epoch=100,
-              callbacks=[KSyncLossCallback(strategy)])
+              callbacks=[ksync.KSyncLossCallback(strategy)])
     strategy.explain()   # "...: loss fell from 2.3 to 0.41: K = ... = 3; AdaSync: ..."
     ```
     """

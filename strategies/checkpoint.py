@@ -6,7 +6,8 @@ all of it from the chief at the end of every epoch (when `fit` has joined every 
 so the snapshot is consistent), together with what lives on the chief: the policy's
 rule and history and, with batch allocation, the sizes, the schedule and the forecaster.
 
-The procedure after a PS failure (`fit` raises one of `PS_FAILURES` within a second):
+The procedure after a PS failure (`fit` raises one of `PS_FAILURES` within a second;
+`ksync.KSyncCheckpoint`, `ksync.PS_FAILURES` and `ksync.wait_for_ps` are these names):
 restart the PS task (your cluster manager does; `ksync-launch` on its machine), then in
 the chief build a new strategy and model exactly as before, restore, and fit on from
 the restored epoch. The variables of the old strategy cannot be reused: they belonged
@@ -16,11 +17,11 @@ Example:
 
 ```python
 def build():
-    strategy = strategies.KSyncStrategy(resolver, policy=ksync.Adaptive())
+    strategy = ksync.KSyncStrategy(resolver, policy=ksync.Adaptive())
     with strategy.scope():
         model = make_model()
         model.compile(keras.optimizers.SGD(0.1, momentum=0.9), loss)
-    return strategy, KSyncCheckpoint(strategy, model, "ckpt")
+    return strategy, ksync.KSyncCheckpoint(strategy, model, "ckpt")
 
 strategy, ckpt = build()
 while True:
@@ -29,9 +30,9 @@ while True:
         ckpt.model.fit(creator, initial_epoch=epoch, epochs=20, steps_per_epoch=100,
                        callbacks=[ckpt.callback()])
         break
-    except PS_FAILURES:
+    except ksync.PS_FAILURES:
         strategy.shutdown()
-        wait_for_ps(resolver, timeout_s=600)     # the PS task is being restarted
+        ksync.wait_for_ps(resolver, timeout_s=600)   # the PS task is being restarted
         strategy, ckpt = build()
 ```
 """

@@ -10,11 +10,12 @@ ksync-launch --module mypkg.train -- --epochs 5
 ksync-launch --check                          # print the cluster, check every task answers
 ```
 
-In the training script, build the strategy from the same variable:
+In the training script, build the strategy from the same variable
+(`ksync.strategy_from_tf_config` is `strategy_from_tf_config`):
 
 ```python
-from strategies.launch import strategy_from_tf_config
-strategy = strategy_from_tf_config(policy="adaptive")
+import ksync
+strategy = ksync.strategy_from_tf_config(policy="adaptive")
 ```
 
 Shutdown: the chief's launcher serves a small status endpoint on the control port (the
@@ -89,7 +90,7 @@ def strategy_from_tf_config(policy=None, env=None, wait_s: float = DEFAULT_CHIEF
     Example:
 
     ```python
-    strategy = strategy_from_tf_config(policy=ksync.Adaptive())
+    strategy = ksync.strategy_from_tf_config(policy=ksync.Adaptive())
     with strategy.scope():
         model = ...
     ```

@@ -17,6 +17,13 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 GENERATED = ROOT / "docs" / "benchmarks"
 #: Pages that may name commits and branches: the record of what was tried.
 HISTORY = {ROOT / "docs" / "design-notes.md"}
+#: Pages that teach the API: they name it as `ksync.*` (the architecture and simulator
+#: pages describe the modules themselves).
+TEACHING = [README, ROOT / "docs" / "user-guide.md", ROOT / "docs" / "optimizers.md"]
+# An import of, or a dotted name in, the packages the code lives in behind `ksync`.
+BEHIND_KSYNC = re.compile(r"\bfrom\s+(?:strategies|cluster_sim)\b|"
+                          r"\bimport\s+(?:[\w.]+\s*,\s*)*(?:strategies|cluster_sim)\b|"
+                          r"(?<![\w./-])(?:strategies|cluster_sim\.local_cluster)\.\w")
 MAX_README_LINES = 250
 DEMO_COMMAND = "python -m pip install -e . && python -m cluster_sim demo"
 
@@ -152,12 +159,26 @@ def test_user_docs_name_no_commit_and_no_runs_path():
     assert not found, "\n".join(found)
 
 
+def test_the_api_is_taught_as_ksync():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in TEACHING
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if BEHIND_KSYNC.search(line)]
+    assert not found, "name these as ksync.*:\n" + "\n".join(found)
+
+
 def test_the_checks_catch_what_they_should():
     assert slug("The one-line change") == "the-one-line-change"
     assert slug("What a step through `ksync` costs") == "what-a-step-through-ksync-costs"
     assert slug("Faults and recovery (PS, workers)") == "faults-and-recovery-ps-workers"
     assert [m.group(0) for m in COMMIT.finditer("at commit 7b5faa8, 1,148 updates")] == ["7b5faa8"]
     assert not COMMIT.search("1234567 defaced 0xdeadbeef")
+    for taught in ("from strategies.checkpoint import X", "import ksync, strategies",
+                   "`strategies.KSyncStrategy(r)`", "cluster_sim.local_cluster.LocalCluster"):
+        assert BEHIND_KSYNC.search(taught), taught
+    for fine in ("`strategies/`: the strategy", "ksync.KSyncStrategy", "python -m cluster_sim demo",
+                 "`ksync`, `predictor`, `strategies` and `cluster_sim`", "several strategies."):
+        assert not BEHIND_KSYNC.search(fine), fine
     assert not COMMIT.search("seeds 100-102 and 8,192 samples; a deadline; effaced")
     assert RUNS_PATH.search("see `runs/bench_sim`") and not RUNS_PATH.search("OUT/SCENARIO_runs/")
     assert list(LINK.findall("[a](b.md#c) and [`x`](../y/) and [w](https://z)")) == \

@@ -2,6 +2,7 @@
 to do (issue 22)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,7 +118,9 @@ def test_the_test_extra_has_what_the_launcher_tests_need():
 def test_readme_shows_how_to_run_your_own_script_on_one_machine():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Run your own script on one machine", 1)[1].split("\n## ", 1)[0]
-    assert "from cluster_sim.local_cluster import LocalCluster" in section
+    assert "with ksync.LocalCluster(" in section and "ksync.KSyncStrategy(" in section
+    imports = re.findall(r"^(?:import \S.*|from \S+ import .*)$", section, re.M)
+    assert imports == ["import gc", "import ksync", "import tf_keras as keras"]  # one namespace
     assert "ksync_updates_per_epoch" in section
 
 

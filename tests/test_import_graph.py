@@ -4,6 +4,8 @@ functions): no circles, and arrows point one way.
 Packages: cluster_sim -> strategies -> (ksync, predictor), never back. Inside
 cluster_sim, layers from the bottom: scenarios, report and the data helpers; the
 simulator and the real-cluster harness (which never import each other); the commands.
+The one exception is `FACADE`: the lazy imports of ``ksync/__init__.py``'s module
+``__getattr__``.
 """
 
 import ast
@@ -29,6 +31,16 @@ LAYERS = [
 ]
 APART = [("cluster_sim.sim", "cluster_sim.harness")]  # same layer, no arrow either way
 
+# `import ksync` is the package's public face, not only its policy layer: ksync/__init__.py
+# hands out the strategy, its callbacks, checkpoints, launch helpers and LocalCluster from
+# where they live, imported on first use inside its module `__getattr__` (PEP 562). Those
+# lazy imports, and only those (no other module of ksync, nothing at import time), point
+# back up; they are left out of the graph, and `test_the_facade_imports_only_its_names`
+# holds them to this list.
+FACADE = {"ksync": {"strategies.ksync_strategy", "strategies.callbacks",
+                    "strategies.checkpoint", "strategies.launch", "strategies.launch_env",
+                    "cluster_sim.local_cluster"}}
+
 
 def module_name(path: pathlib.Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -41,12 +53,26 @@ def modules() -> dict[str, pathlib.Path]:
     return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
-def imports_of(name: str, path: pathlib.Path, known) -> set[str]:
+def facade_nodes(name: str, tree: ast.Module) -> set[int]:
+    """The ids of the nodes inside the module ``__getattr__`` of a `FACADE` module."""
+    if name not in FACADE:
+        return set()
+    return {id(node) for top in tree.body
+            if isinstance(top, ast.FunctionDef) and top.name == "__getattr__"
+            for node in ast.walk(top)}
+
+
+def imports_of(name: str, path: pathlib.Path, known, facade: bool = False) -> set[str]:
     """The known modules ``name`` imports (a ``from a import b`` counts as ``a.b`` when
-    that is a module, else ``a``)."""
+    that is a module, else ``a``): those outside a `FACADE` module's ``__getattr__``, or
+    with ``facade`` only those inside it."""
     is_package = path.name == "__init__.py"
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    lazy = facade_nodes(name, tree)
+    for node in ast.walk(tree):
+        if (id(node) in lazy) != facade:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -122,6 +148,24 @@ def test_the_graph_is_read_from_the_code(edges):
     assert "cluster_sim.scenarios.model" in edges["cluster_sim.scenarios.reader"]
     assert "ksync" in edges["cluster_sim.sim.engine"]
     assert edges["cluster_sim.harness.signal_helper"] == set()  # stdlib only: starts at once
+
+
+def test_the_facade_imports_only_its_names():
+    known = modules()
+    for name, allowed in FACADE.items():
+        assert imports_of(name, known[name], known, facade=True) == allowed
+    # Outside FACADE nothing is lazy-exempt, a __getattr__ elsewhere included.
+    assert imports_of("strategies", known["strategies"], known, facade=True) == set()
+    assert "strategies.ksync_strategy" in graph()["strategies"]
+
+
+def test_import_ksync_loads_no_tensorflow():
+    import subprocess
+    import sys
+    code = "import ksync, sys; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
 
 
 def test_cycles_finds_circles():

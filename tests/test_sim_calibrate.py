@@ -70,7 +70,7 @@ def test_reuse_simulates_again_and_writes_both_sides_as_reports(tmp_path, capsys
     from cluster_sim.sim import SimConfig, simulate
 
     real = simulate(ksync.BSP(), SimConfig(num_workers=4, max_pushes=240, eval_every=60))
-    real["policy"] = "bsp"  # the harness labels runs by their spec
+    real["policy"] = "BSP"  # the harness labels runs by their arm's label
     raw = probe_raw({"20": [0.3], "100": [1.1]}, {"20": [0.5], "100": [1.7]})
     (tmp_path / "real.json").write_text(json.dumps(
         {"costs": {"raw": raw}, "specs": ["bsp"], "seeds": 1, "results": {"static": [real]}}))
@@ -80,5 +80,21 @@ def test_reuse_simulates_again_and_writes_both_sides_as_reports(tmp_path, capsys
     assert "t@v err" in capsys.readouterr().out
     for side in ("real", "simulated"):
         data = json.loads((out / "static" / side / "results.json").read_text())
-        assert [p["policy"] for p in data["policies"]] == ["bsp"]
+        assert [p["policy"] for p in data["policies"]] == ["BSP"]
     assert (out / "calibration.txt").read_text().startswith("real and simulated")
+
+
+def test_arms_are_read_by_the_arm_spec_parser_and_policies_is_the_old_name(tmp_path, capsys):
+    from cluster_sim.__main__ import build_parser, main
+    from cluster_sim.cli.calibrate import scenario_arms
+    from cluster_sim.harness.arms import parse_arm_specs
+    from cluster_sim.scenarios import load_scenario
+    parser = build_parser()
+    for option in ("--arms", "--policies"):
+        args = parser.parse_args(["calibrate", option, "bsp@0.1,kasync=3"])
+        assert args.arms == "bsp@0.1,kasync=3"
+    arms = scenario_arms(parse_arm_specs("bsp@0.1,kasync=3"), load_scenario("static"))
+    assert [a.label for a in arms] == ["BSP @lr=0.1", "KAsync(k=3)"]
+    assert arms[0].learning_rate.rate == 0.1 and arms[1].learning_rate is None
+    assert main(["calibrate", "--arms", "ksync:k=3", "--out", str(tmp_path)]) == 2
+    assert "arm 'ksync:k=3'" in capsys.readouterr().err

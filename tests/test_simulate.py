@@ -270,3 +270,14 @@ def test_cli_writes_the_demos_report_from_run_results(tmp_path, capsys):
     for name in ("report.md", "curves.csv", "accuracy.png", "staleness.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "TTA/BSP" in capsys.readouterr().out
+
+
+def test_scale_reads_arms_as_simulate_does(capsys):
+    # --arms through the one arm-spec parser (an arm's own rate is in its label);
+    # --policies stays as the old name; a bad arm exits 2 naming it.
+    assert main(["scale", "--workers", "4", "--arms", "bsp@0.05,kasync=2", "--updates", "20",
+                 "--scenario", "static"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split()[1:3] for row in rows] == [["BSP", "@lr=0.05"], ["KAsync(k=2)", "20"]]
+    assert main(["scale", "--workers", "4", "--policies", "ksync=5", "--updates", "20"]) == 2
+    assert "cluster has only" in capsys.readouterr().err

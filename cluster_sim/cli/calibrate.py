@@ -10,8 +10,9 @@
    (``step_overhead_s``), and the extra delay of a worker released by the k-sync gate
    (``gate_latency_s``). `probe` is also the framework-cost probe of ``python -m
    cluster_sim bench policies``.
-2. Real: `cluster_sim.harness.run.run_arm` for each policy and seed on each scenario
-   (default: the built-in `static` and `trace` scenarios, 4 workers).
+2. Real: `cluster_sim.harness.run.run_arm` for each arm (``--arms``, as ``simulate``
+   reads them: ``NAME[=VALUE][@LR[/MOMENTUM]]``) and seed on each scenario (default: the
+   built-in `static` and `trace` scenarios, 4 workers).
 3. Simulated: the same scenarios (`cluster_sim.sim.speeds.ScenarioSpeeds`: the same
    speeds over time), policies and training config, evaluated as the harness evaluates,
    with the probed costs; then the error table per scenario: medians over seeds on both sides, and
@@ -37,13 +38,14 @@ import statistics
 import sys
 import time
 
-import ksync
 from cluster_sim.cli import command_line, prepare_tensorflow
-from cluster_sim.cli.simulate import run_policies
+from cluster_sim.cli.simulate import CHOICES, run_policies
+from cluster_sim.harness.arms import SPEC_HELP, parse_arm_specs
 from cluster_sim.sim import SimConfig
 from cluster_sim.report import (format_cell, median_of, median_tta, text_table, version_to_wall,
                                 write_report)
 from cluster_sim.scenarios import load_scenario
+from ksync.learning_rate import LearningRate
 
 PROBE_WORKERS = 4  # the real cluster of the probe and the comparison
 PROBE_EPOCHS = (20, 100)  # pushes of the two probe runs, per 4 workers
@@ -178,13 +180,29 @@ def sim_config(costs: dict, scenario, run_config, data=None) -> SimConfig:
         stop_at_target=False)
 
 
+def scenario_arms(specs, scenario) -> list:
+    """The `cluster_sim.harness.arms.Arm` of each parsed arm spec on ``scenario`` (its
+    learning rate, momentum and batch, `PROBE_WORKERS` workers): the same arms, and
+    labels, for the real and the simulated runs.
+
+    >>> from cluster_sim.scenarios import load_scenario
+    >>> [a.label for a in scenario_arms(parse_arm_specs("bsp,kasync=2@0.01"),
+    ...                                 load_scenario("static"))]
+    ['BSP', 'KAsync(k=2) @lr=0.01']
+    """
+    from cluster_sim.harness.config import RunConfig
+    config = RunConfig.from_scenario(scenario)
+    base = LearningRate(config.learning_rate, momentum=config.momentum)
+    return [s.arm(PROBE_WORKERS, base, config.batch_size) for s in specs]
+
+
 def run_real(specs, scenarios, seeds, out, probe_repeats=3) -> tuple[dict, dict]:
-    """Probe, then every (scenario, seed, policy) on the real cluster; also saved to
-    ``out/real.json`` as it goes."""
+    """Probe, then every (scenario, seed, arm of the parsed arm ``specs``) on the real
+    cluster; also saved to ``out/real.json`` as it goes."""
     prepare_tensorflow()
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from cluster_sim.harness.run import Arm, run_arm
+    from cluster_sim.harness.run import run_arm
     from cluster_sim.local_cluster import LocalCluster
 
     results = {name: [] for name in scenarios}
@@ -194,15 +212,15 @@ def run_real(specs, scenarios, seeds, out, probe_repeats=3) -> tuple[dict, dict]
         print(json.dumps({k: v for k, v in costs.items() if k != "raw"}), flush=True)
         for name, scenario in scenarios.items():
             for seed in range(seeds):
-                for spec in specs:
+                for arm in scenario_arms(specs, scenario):
                     started = time.monotonic()
-                    r = run_arm(cluster, Arm(spec, spec), scenario, seed=seed)
+                    r = run_arm(cluster, arm, scenario, seed=seed)
                     results[name].append(r)
-                    print(f"real {name} seed {seed} {spec}: TTA {r['tta_s']}, "
+                    print(f"real {name} seed {seed} {arm.label}: TTA {r['tta_s']}, "
                           f"{time.monotonic() - started:.0f} s", flush=True)
                     (out / "real.json").write_text(json.dumps(
-                        {"costs": costs, "specs": specs, "seeds": seeds, "results": results},
-                        indent=1, default=list))
+                        {"costs": costs, "specs": [s.text for s in specs], "seeds": seeds,
+                         "results": results}, indent=1, default=list))
     return costs, results
 
 
@@ -258,13 +276,14 @@ def error_table(real: list[dict], simulated: list[dict]) -> str:
 
 
 def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
-    """The simulated counterpart of the real runs of ``specs`` on ``scenario``, labelled
-    as the harness labels them, throughput and final accuracy measured as the harness
+    """The simulated counterpart of the real runs of the parsed arm ``specs`` on
+    ``scenario``, labelled as the harness labels them, throughput and final accuracy measured as the harness
     does (up to the target, where the harness stops)."""
     from cluster_sim.harness.config import RunConfig, load_data
     data = load_data(scenario)
     config = sim_config(costs, scenario, RunConfig.from_scenario(scenario), data)
-    runs = run_policies(specs, config, seeds=seeds, data=data, progress=False)
+    runs = run_policies(scenario_arms(specs, scenario), config, seeds=seeds, data=data,
+                        progress=False)
     for run in runs:
         if run["tta_s"] is not None:
             upto = [c for c in run["curve"] if c["wall_s"] <= run["tta_s"]]
@@ -274,8 +293,9 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policies", default="bsp,asp,adaptive",
-                        help="comma-separated policy specs (default bsp,asp,adaptive)")
+    parser.add_argument("--arms", "--policies", dest="arms", default="bsp,asp,adaptive",
+                        help=f"comma-separated arms ({', '.join(CHOICES)}); {SPEC_HELP}; "
+                             "default bsp,asp,adaptive (--policies: the old name)")
     parser.add_argument("--scenarios", default="static,trace",
                         help="comma-separated scenarios, as in the demo (default "
                              "static,trace)")
@@ -294,20 +314,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    specs = [s.strip() for s in args.policies.split(",") if s.strip()]
     try:
         if args.seeds < 1 or args.probe_repeats < 1:
             raise ValueError("--seeds and --probe-repeats must be >= 1")
         scenarios = {name: load_scenario(name, traces_dir=args.traces)
                      for name in args.scenarios.split(",") if name}
-        for spec in specs:
-            ksync.parse(spec).rule(4)
+        saved = None
+        if args.reuse:
+            saved = json.loads((pathlib.Path(args.reuse) / "real.json").read_text())
+        specs = parse_arm_specs(",".join(saved["specs"]) if saved else args.arms, CHOICES)
+        for arm in scenario_arms(specs, load_scenario("homogeneous")):
+            arm.make_policy().rule(PROBE_WORKERS)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.reuse:
-        saved = json.loads((pathlib.Path(args.reuse) / "real.json").read_text())
-        real, specs = saved["results"], saved["specs"]
+    if saved:
+        real = saved["results"]
         # From the raw probe, so a corrected derivation applies to saved measurements.
         raw = {name: dict(probe, epoch_s={int(p): t for p, t in probe["epoch_s"].items()})
                for name, probe in saved["costs"]["raw"].items()}  # JSON keys are strings
