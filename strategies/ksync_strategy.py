@@ -11,14 +11,14 @@ holds a worker that has contributed to the current round until the next version 
 Example:
 
 ```python
-import ksync, strategies, tf_keras as keras
+import ksync, tf_keras as keras
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-strategy = strategies.KSyncStrategy(resolver, policy=ksync.Adaptive())
+strategy = ksync.KSyncStrategy(resolver, policy=ksync.Adaptive())
 with strategy.scope():
     model = keras.Sequential([...])
     model.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
 model.fit(dataset, epochs=5, steps_per_epoch=100,
-          callbacks=[strategies.KSyncTelemetryCallback(strategy)])
+          callbacks=[ksync.KSyncTelemetryCallback(strategy)])
 print(strategy.telemetry()["applied"])
 ```
 
@@ -404,14 +404,14 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
     def report_loss(self, value) -> None:
         """Tell the controller the current training loss (policies that follow the loss,
         such as `ksync.AdaSync`, read it at their next observation; the others ignore
-        it). `strategies.callbacks.KSyncLossCallback` calls this with ``logs["loss"]``
+        it). `ksync.KSyncLossCallback` calls this with ``logs["loss"]``
         at each epoch's end of ``model.fit``; a custom `ClusterCoordinator` loop calls
         it itself with a loss it fetched, e.g. ``strategy.report_loss(float(
         loss_remote_value.fetch()))``. A value that is not a finite number (NaN, a
         diverged step) is ignored and the last finite one kept.
 
         ```python
-        strategy = strategies.KSyncStrategy(resolver, policy=ksync.AdaSync(k0=1))
+        strategy = ksync.KSyncStrategy(resolver, policy=ksync.AdaSync(k0=1))
         for epoch in range(epochs):
             ...                               # schedule the epoch's steps, join
             strategy.report_loss(epoch_loss)  # K rises as this falls
