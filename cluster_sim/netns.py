@@ -23,11 +23,13 @@ def isolate_loopback() -> bool:
     servers stay reachable on all interfaces of this machine. Call it before any thread
     or server starts.
 
-    Example:
+    Example (first thing in a program that starts local servers; not run as a
+    doctest, since as root it moves the calling process into a namespace of its own):
 
-    >>> from cluster_sim.netns import isolate_loopback
-    >>> isolate_loopback() in (True, False)
-    True
+    ```python
+    from cluster_sim.netns import isolate_loopback
+    isolate_loopback()
+    ```
     """
     global _isolated
     if _isolated:

@@ -49,7 +49,7 @@ def test_policy_trains_digits_with_unmodified_fit(cluster, policy, lr, record_pr
     rule = strategy.rule
     adapts = isinstance(policy, ksync.Adaptive)
     if adapts:
-        assert len(t["k_history"]) >= 1 and t["explanation"]
+        assert t["explanation"]
         assert t["version"] >= t["applied"] // NUM_WORKERS
     else:
         assert t["applied"] == t["version"] * rule.k  # every commit took exactly K
