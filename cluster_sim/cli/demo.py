@@ -54,7 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    prepare_tensorflow()
     from cluster_sim.harness.config import RunConfig, load_data, targets
     from cluster_sim.scenarios import load_scenario
     from ksync.learning_rate import LearningRate
@@ -84,6 +83,8 @@ def run(args) -> int:
     data = load_data(scenario)
     target = targets(config, data)
 
+    # Only now: a refused argument costs no TensorFlow start-up (seconds on 2 cores).
+    prepare_tensorflow()
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
     from cluster_sim.cli.bench_policies import (framework_cost_in_runs, run_matrix,
