@@ -369,6 +369,13 @@ class Adaptive(Policy):
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
     predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
 
+    A run of Adaptive scales the learning rate at each commit by AdaScale's gain
+    (`lr_scaling`, `ksync.lr_scaling`; the strategy's or simulator's ``lr_scaling``
+    overrides it). Once the noise scale is measured the model then counts an update by
+    its progress in base steps (the gain the PS applies, at most AdaScale's) instead of
+    ``M / (M + B')``, and divides the staleness tolerance by the gain
+    (`ksync.goodput`); ``Context.lr_scaling`` says which scaling the run applies.
+
     Args:
       refresh_every: updates between two decisions.
       momentum: the optimizer's momentum; it averages gradient noise over about
