@@ -35,7 +35,8 @@ import math
 
 import numpy as np
 
-from ksync.noise import noise_scale
+from ksync import lr_scaling as lr_scaling_module
+from ksync.noise import MIN_NOISE_ROUNDS, NOISE_MEMORY, NOISE_WINDOW, fade, noise_scale  # noqa: F401
 from ksync.policies import Context, Observation, Policy, stalled_workers
 from ksync.rule import Rule
 
@@ -88,16 +89,6 @@ class Decision:
     sizes: list | None = None
 
 
-#: weight of the earlier rounds' noise sums after each `NOISE_WINDOW` rounds more.
-NOISE_MEMORY = 0.8
-NOISE_WINDOW = 20
-#: rounds (faded as the sums) the noise sums must cover before the policy sees a
-#: measured noise scale: the estimate of the first few dozen rounds swings 3x (seen in
-#: the simulated benchmark: 570-780 at update 35 where it settles near 200), and
-#: `ksync.Adaptive` acted on it.
-MIN_NOISE_ROUNDS = 50.0
-
-
 def _window_batches(now, before) -> tuple | None:
     """Each worker's mean samples per push since ``before``; over the whole run where it
     pushed nothing since (a stall, or a refresh right after another), None where it
@@ -138,16 +129,23 @@ class RuleController:
       schedule: a `predictor.AllocationSchedule`, or None without batch allocation.
       allocate_every: updates between two calls of the schedule (the first one after
         this many updates at equal sizes, the profiling phase).
+      lr_scaling: the learning-rate scaling the caller's PS applies at each commit
+        (`ksync.lr_scaling`; None: none), given to the policy in its `Context`.
+      base_batch: samples of the batch the learning rate is meant for (one worker's).
     """
 
     def __init__(self, policy: Policy, num_workers: int, schedule=None,
-                 allocate_every: int = 20):
+                 allocate_every: int = 20, lr_scaling: str | None = None,
+                 base_batch: float | None = None):
         if schedule is not None and (not isinstance(allocate_every, int)
                                      or allocate_every < 1):
             raise ValueError(f"allocate_every must be an integer >= 1, got "
                              f"{allocate_every!r}.")
+        lr_scaling_module.check(lr_scaling)
         self.policy = policy
         self.num_workers = num_workers
+        self.lr_scaling = lr_scaling
+        self.base_batch = base_batch
         self.policy_rule = policy.rule(num_workers)  # what the policy asks for
         self.rule = self.policy_rule                # what runs
         #: (version, rule, reason) from the initial rule on; a rule differs from the last.
@@ -226,7 +224,8 @@ class RuleController:
         """What this run remembers for its policy (see `ksync.policies.Context`)."""
         return Context(num_workers=self.num_workers, rule=self.policy_rule,
                        first_loss=self.first_loss, last_loss=self.last_loss,
-                       memory=self.policy_memory)
+                       memory=self.policy_memory, lr_scaling=self.lr_scaling,
+                       base_batch=self.base_batch)
 
     def explain(self) -> str:
         """Why the current rule runs, in one line (and the policy's status, if any)."""
@@ -321,8 +320,7 @@ class RuleController:
         rounds = max(0, now.version - before.version)
         window = (*np.subtract(now.noise_sums[:2], (before.noise_sums or (0.0, 0.0))[:2]),
                   rounds)
-        fade = NOISE_MEMORY ** (rounds / NOISE_WINDOW)
-        self._noise = tuple(fade * a + float(b) for a, b in zip(self._noise, window))
+        self._noise = fade(self._noise, window, rounds)
         signal, trace, rounds = self._noise
         return noise_scale(signal, trace) if rounds >= MIN_NOISE_ROUNDS else None
 

@@ -36,6 +36,26 @@ worker's step time ``t_i`` and batch ``b_i`` it predicts
 updates per second": what an update of infinite batch at the current parameters would
 do, per second.
 
+**With learning-rate scaling** (``scaling``, `ksync.lr_scaling`: what the PS applies at
+each commit) the batch efficiency above, which assumes a step that grows with the
+batch, gives way to what the scaled step makes of an update: its progress in base steps
+(steps of one worker's batch ``b0`` at the user's rate),
+
+- ``min(r, r_ada)``, with ``r`` the gain the PS applies to the update's scale ``S``
+  (its samples, each gradient's discounted by ``1 / (1 + s)`` for its predicted
+  staleness, over ``b0``) and ``r_ada`` AdaScale's gain at the measured noise scale
+  ``B``: a step ``r`` times the base one is worth ``r`` base steps as long as the
+  update's noise allows it (``r <= r_ada``), and no more beyond. Under "adascale" it is
+  ``r = r_ada = (1 + B / b0) / (1 + B / M)``, the batch efficiency ``M / (M + B)`` over
+  that of one base batch: the same ``B`` the PS scales with, not divided by momentum's
+  horizon (momentum is kept, and the scaled rate already accounts for the noise);
+- the staleness tolerance divided by ``r``: the staleness a gradient tolerates falls as
+  the step it is applied with grows (asynchronous SGD's stable rate is inversely
+  proportional to its delay).
+
+``goodput`` is then in base steps per second. Without scaling the model above is kept
+as it was (its constants were fitted on it).
+
 Example: 8 equal workers under momentum 0.9. At a noise scale of 256 samples K-async
 with K = 4 beats BSP and ASP; at 600 (later in training) its updates are noisier, a
 stale gradient is worth less, and BSP comes close.
@@ -58,7 +78,9 @@ stale gradient is worth less, and BSP comes close.
 
 import dataclasses
 import math
+import statistics
 
+from ksync import lr_scaling
 from ksync.rule import Rule
 
 
@@ -73,14 +95,17 @@ class Forecast:
     staleness: float         # mean staleness of accepted gradients, in updates
     tolerance: float         # staleness at which a gradient of this rule is worth half
     contributors: int        # workers whose gradients are accepted
-    batch_efficiency: float
+    batch_efficiency: float  # with lr scaling: the update's progress in base steps
     staleness_efficiency: float
     goodput: float
+    gain: float = 1.0        # the learning-rate gain the PS applies to the update
 
     def describe(self) -> str:
+        worth = (f"efficiency {self.batch_efficiency:.2f}" if self.gain == 1.0 else
+                 f"lr gain {self.gain:.2f}, progress {self.batch_efficiency:.2f} base steps")
         return (f"{self.rule.describe()}: {self.updates_per_s:.3g} updates/s of "
                 f"{self.samples_per_update:.0f} samples from {self.contributors} worker(s), "
-                f"staleness {self.staleness:.1f} (tolerance {self.tolerance:.1f}), efficiency {self.batch_efficiency:.2f} x "
+                f"staleness {self.staleness:.1f} (tolerance {self.tolerance:.1f}), {worth} x "
                 f"{self.staleness_efficiency:.2f}, goodput {self.goodput:.3g}")
 
 
@@ -128,9 +153,22 @@ def tolerance_at(samples: float, noise_scale: float, tolerance: float,
     return tolerance * signal / (1.0 + gradients / halving)
 
 
+def scaled_progress(scaling, scale: float, noise_scale: float, base_batch: float) -> tuple:
+    """``(gain, progress)`` of an update of scale ``scale`` (base batches, staleness
+    discounted) when the PS applies ``scaling``: the gain ``r`` it applies and the base
+    steps the update is worth, ``min(r, r_ada)`` (module docstring).
+
+    >>> scaled_progress("linear", 8.0, 64.0, 32.0), scaled_progress("adascale", 8.0, 64.0, 32.0)
+    ((8.0, 2.4), (2.4, 2.4))
+    """
+    r = lr_scaling.gain(scaling, scale, noise_scale, base_batch)
+    return r, min(r, lr_scaling.adascale_gain(scale, noise_scale, base_batch))
+
+
 def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: float,
              exposure: float = 1.0, momentum: float = 0.0,
-             halving: float = math.inf) -> Forecast:
+             halving: float = math.inf, scaling: str | None = None,
+             base_batch: float | None = None) -> Forecast:
     """Predicted throughput, staleness and goodput of ``rule`` for workers with step
     times ``step_times`` (seconds) and batches ``batches`` (samples per step), at the
     simple noise scale ``noise_scale`` (samples) under SGD momentum ``momentum``;
@@ -140,20 +178,28 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
     ``exposure`` is the fraction of a step between reading the parameters and pushing
     the gradient: 1 when the whole step computes on the parameters read at its start
     (an accelerator's step), less when part of it is spent before the read (an input
-    pipeline that waits). Staleness scales with it."""
+    pipeline that waits). Staleness scales with it.
+
+    ``scaling`` is the learning-rate scaling the PS applies (`ksync.lr_scaling`; None:
+    none, the model as fitted), ``base_batch`` the batch its rate is meant for (None:
+    the median of ``batches``)."""
     times = [float(t) for t in step_times]
     if not times or min(times) <= 0:
         raise ValueError(f"step times must be positive seconds, got {step_times!r}")
     batch_scale = per_update(noise_scale, momentum)
+    base = float(base_batch) if base_batch else float(statistics.median(batches))
     if rule.wait:
         order = sorted(range(len(times)), key=times.__getitem__)[:rule.k]
         if len(order) < rule.k:
             return _forecast(rule, 0.0, 0.0, 0.0, tolerance, 0, 1.0, batch_scale)
         samples = float(sum(batches[i] for i in order))
-        return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0,
-                         tolerance_at(samples, noise_scale, tolerance, rule.k, halving),
-                         len(order), 1.0,
-                         batch_scale)
+        tau = tolerance_at(samples, noise_scale, tolerance, rule.k, halving)
+        if scaling is None:
+            return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0, tau, len(order), 1.0,
+                             batch_scale)
+        r, progress = scaled_progress(scaling, samples / base, noise_scale, base)
+        return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0, tau / r, len(order), 1.0,
+                         batch_scale, (r, progress))
     accepted = list(range(len(times)))
     for _ in range(len(times) + 1):
         rate = sum(1.0 / times[i] for i in accepted)
@@ -172,17 +218,26 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
     total = sum(flow.values())
     samples = rule.k * total / rate
     tau = tolerance_at(samples, noise_scale, tolerance, rule.k, halving)
+    scaled = None
+    if scaling is not None:
+        # An update's K gradients come from worker i in proportion to its pushes.
+        scale = rule.k * sum(batches[i] / times[i] / (1.0 + stale[i])
+                             for i in accepted) / rate / base
+        scaled = scaled_progress(scaling, scale, noise_scale, base)
+        tau /= scaled[0]
     mean_stale = sum(flow[i] * stale[i] for i in accepted) / total
     worth = sum(flow[i] * staleness_efficiency(stale[i], tau) for i in accepted) / total
     return _forecast(rule, rate / rule.k, samples, mean_stale, tau, len(accepted), worth,
-                     batch_scale)
+                     batch_scale, scaled)
 
 
 def _forecast(rule, updates_per_s, samples, staleness, tolerance, contributors, worth,
-              batch_scale):
-    batch = batch_efficiency(samples, batch_scale)
+              batch_scale, scaled=None):
+    """``scaled``: ``(gain, progress)`` under learning-rate scaling (None: batch
+    efficiency, the unscaled model)."""
+    gain, batch = (1.0, batch_efficiency(samples, batch_scale)) if scaled is None else scaled
     return Forecast(rule, updates_per_s, samples, staleness, tolerance, contributors, batch,
-                    worth, updates_per_s * batch * worth)
+                    worth, updates_per_s * batch * worth, gain)
 
 
 def grid(n: int) -> list:
@@ -226,13 +281,14 @@ def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
 
 
 def rank(step_times, batches, noise_scale: float, tolerance: float, exposure: float = 1.0,
-         usual_times=None, momentum: float = 0.0, halving: float = math.inf) -> list:
+         usual_times=None, momentum: float = 0.0, halving: float = math.inf,
+         scaling: str | None = None, base_batch: float | None = None) -> list:
     """Every `candidates` rule's `Forecast`, best goodput first (ties in candidate order).
 
     >>> rank([0.1] * 8, [32] * 8, noise_scale=256.0, tolerance=10.0, momentum=0.9)[0].rule.describe()
     'K=4 async, drop beyond staleness 4'
     """
     out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure, momentum,
-                    halving)
+                    halving, scaling, base_batch)
            for rule in candidates(step_times, exposure=exposure, usual_times=usual_times)]
     return sorted(out, key=lambda f: -f.goodput)

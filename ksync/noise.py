@@ -34,6 +34,16 @@ Example: 4 gradients of 8 samples from a distribution with |G|^2 = 1, tr(S) = 16
 
 import math
 
+#: weight of the earlier rounds' noise sums after each `NOISE_WINDOW` rounds more (the
+#: controller's window and the learning-rate scaling both fade them so).
+NOISE_MEMORY = 0.8
+NOISE_WINDOW = 20
+#: rounds (faded as the sums) the noise sums must cover before the policy sees a
+#: measured noise scale: the estimate of the first few dozen rounds swings 3x (seen in
+#: the simulated benchmark: 570-780 at update 35 where it settles near 200), and
+#: `ksync.Adaptive` acted on it. The learning-rate scaling's warm-up ends there too.
+MIN_NOISE_ROUNDS = 50.0
+
 
 class RoundNoise:
     """Sufficient statistics of one round: its gradients' squared norms and batches."""
@@ -87,3 +97,14 @@ def noise_scale(signal_sum: float, trace_sum: float) -> float | None:
     if not (signal_sum > 0 and trace_sum > 0):
         return None
     return float(trace_sum / signal_sum)
+
+
+def fade(sums, window, rounds: float) -> tuple:
+    """``sums`` (any tuple of running sums) faded by `NOISE_MEMORY` per `NOISE_WINDOW`
+    rounds over ``rounds`` rounds, plus ``window``, the sums of those rounds.
+
+    >>> fade((10.0, 1.0), (2.0, 1.0), rounds=20)
+    (10.0, 1.8)
+    """
+    weight = NOISE_MEMORY ** (rounds / NOISE_WINDOW)
+    return tuple(weight * float(a) + float(b) for a, b in zip(sums, window))

@@ -133,6 +133,11 @@ class Context:
       memory: the policy's own state for this run, JSON-able (the controller keeps it
         across observations and in its checkpoints; `Adaptive` keeps its loss record
         there).
+      lr_scaling: the learning-rate scaling the PS applies at each commit
+        (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None), which decides how
+        far an update steps and so what it is worth (`Adaptive`'s model).
+      base_batch: samples of the batch the learning rate is meant for (one worker's
+        batch; None: unknown, the observed median batch stands in).
     """
 
     num_workers: int
@@ -140,6 +145,8 @@ class Context:
     first_loss: tuple | None = None
     last_loss: tuple | None = None
     memory: dict = dataclasses.field(default_factory=dict)
+    lr_scaling: str | None = None
+    base_batch: float | None = None
 
 
 class Policy:
@@ -150,6 +157,9 @@ class Policy:
     """
 
     name = "policy"
+    #: the learning-rate scaling a run of this policy applies unless told otherwise
+    #: (`ksync.lr_scaling.resolve`): none for a fixed rule, whose rate the user tunes.
+    lr_scaling = None
     #: updates between two calls of `observe` (0: never observed).
     refresh_every = 0
     #: updates before the first call of `observe` (None: ``refresh_every``).
@@ -359,6 +369,13 @@ class Adaptive(Policy):
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
     predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
 
+    A run of Adaptive scales the learning rate at each commit by AdaScale's gain
+    (`lr_scaling`, `ksync.lr_scaling`; the strategy's or simulator's ``lr_scaling``
+    overrides it). Once the noise scale is measured the model then counts an update by
+    its progress in base steps (the gain the PS applies, at most AdaScale's) instead of
+    ``M / (M + B')``, and divides the staleness tolerance by the gain
+    (`ksync.goodput`); ``Context.lr_scaling`` says which scaling the run applies.
+
     Args:
       refresh_every: updates between two decisions.
       momentum: the optimizer's momentum; it averages gradient noise over about
@@ -405,6 +422,10 @@ class Adaptive(Policy):
 
     name = "adaptive"
     first_refresh = 5
+    #: a run of Adaptive scales the learning rate by AdaScale's gain unless told
+    #: otherwise: it changes how many gradients an update sums, so it must change how
+    #: far the update steps (`ksync.lr_scaling`).
+    lr_scaling = "adascale"
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
                  staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
@@ -440,11 +461,16 @@ class Adaptive(Policy):
         self.stall_updates = stall_updates
         self.stall_margin = float(stall_margin)
 
-    def _model(self) -> dict:
+    def _model(self, context=None, measured: bool = True) -> dict:
         """The goodput model's parameters, as `goodput.forecast` and `goodput.rank` take
-        them."""
+        them, with the run's learning-rate scaling and base batch (``context``) once the
+        noise scale is measured. Before, the PS's AdaScale gain is still warming up from
+        1 (`ksync.lr_scaling.WARMUP_ROUNDS` is `ksync.noise.MIN_NOISE_ROUNDS`), and the
+        model without scaling holds."""
+        scaling = context.lr_scaling if context is not None and measured else None
+        base = context.base_batch if context is not None else None
         return dict(tolerance=self.staleness_tolerance, momentum=self.momentum,
-                    halving=self.gradients_halving)
+                    halving=self.gradients_halving, scaling=scaling, base_batch=base)
 
     def _rule(self, num_workers):
         # Before anything is measured: the rule the model picks for equal workers whose
@@ -480,7 +506,7 @@ class Adaptive(Policy):
         if times and not context.rule.wait and observation.staleness_mean is not None:
             unbounded = dataclasses.replace(context.rule, max_staleness=None)
             whole = goodput.forecast(unbounded, times, batches, simple,
-                                     **self._model()).staleness
+                                     **self._model(context, measured is not None)).staleness
             if whole > 0:
                 exposure = min(1.0, max(0.05, observation.staleness_mean / whole))
         usual = [observation.iteration_times[w] or t for w, t in zip(live, times)]
@@ -496,15 +522,15 @@ class Adaptive(Policy):
     def forecasts(self, observation, context) -> list:
         """Every candidate's `ksync.goodput.Forecast` on ``observation``, best first
         (empty while no live worker has a step time)."""
-        return self._rank(self._inputs(observation, context))
+        return self._rank(self._inputs(observation, context), context)
 
-    def _rank(self, inputs):
+    def _rank(self, inputs, context):
         from ksync import goodput
         if not inputs.times:
             return []
         return goodput.rank(inputs.times, inputs.batches, inputs.noise_scale,
                             exposure=inputs.exposure, usual_times=inputs.usual,
-                            **self._model())
+                            **self._model(context, inputs.measured))
 
     def floor(self, observation, context, samples: float) -> float:
         """The run's floor on samples per update after ``observation``'s loss, given the
@@ -542,12 +568,12 @@ class Adaptive(Policy):
     def observe(self, observation, context):
         from ksync import goodput
         inputs = self._inputs(observation, context)
-        ranked = self._rank(inputs)
+        ranked = self._rank(inputs, context)
         if not ranked:
             return None
         current = goodput.forecast(context.rule, inputs.times, inputs.batches,
                                    inputs.noise_scale, exposure=inputs.exposure,
-                                   **self._model())
+                                   **self._model(context, inputs.measured))
         floor = self.floor(observation, context, current.samples_per_update)
         above = [f for f in ranked if f.samples_per_update > FLOOR_SLACK * floor]
         best = above[0] if above else max(ranked, key=lambda f: f.samples_per_update)
@@ -558,9 +584,10 @@ class Adaptive(Policy):
         if best.goodput <= (1.0 + self.hysteresis) * current_goodput:
             return None
         per_update = goodput.per_update(inputs.noise_scale, self.momentum)
+        how = (f"lr scaling {context.lr_scaling}" if context.lr_scaling and inputs.measured
+               else f"{per_update:.0f} per update under momentum {self.momentum:g}")
         reason = (f"noise scale {inputs.noise_scale:.0f} "
-                  f"({'measured' if inputs.measured else 'assumed'}; {per_update:.0f} "
-                  f"per update under momentum {self.momentum:g}), exposure "
+                  f"({'measured' if inputs.measured else 'assumed'}; {how}), exposure "
                   f"{inputs.exposure:.2f}: {best.describe()}; current rule's goodput "
                   f"{current.goodput:.3g}")
         if floor:

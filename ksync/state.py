@@ -14,6 +14,16 @@ False
 (False, True)
 >>> state.push(worker=1, version_read=0, samples=32).committed, state.version
 (True, 1)
+
+With learning-rate scaling (`ksync.lr_scaling`) each commit carries its gain: the PS
+applies ``lr * gain``. Linear scaling on BSP steps by the update's batches:
+
+>>> from ksync.lr_scaling import LRScaling
+>>> state = UpdateState(2, Rule(k=2, wait=True, max_staleness=0), LRScaling("linear", 32))
+>>> _ = state.push(worker=0, version_read=0, samples=32)
+>>> result = state.push(worker=1, version_read=0, samples=32)
+>>> result.gain, state.learning_rate(0.02, result)
+(2.0, 0.04)
 """
 
 import dataclasses
@@ -29,14 +39,18 @@ class PushResult:
     staleness: int
     committed: bool     # this push completed an update
     version: int        # version after the push
+    gain: float = 1.0   # the commit's learning-rate gain (1.0 when no commit)
 
 
 class UpdateState:
     """Versions, counters and the current round's aggregate of one parameter server."""
 
-    def __init__(self, num_workers: int, rule: Rule):
+    def __init__(self, num_workers: int, rule: Rule, scaling=None):
+        """``scaling``: a `ksync.lr_scaling.LRScaling` giving each commit its gain
+        (None: gain 1, the rate as given)."""
         self.num_workers = num_workers
         self.rule = rule
+        self.scaling = scaling
         self.version = 0
         self.pushed = 0
         self.applied = 0
@@ -44,6 +58,10 @@ class UpdateState:
         self.nonfinite = 0
         self.pending = 0            # accepted gradients waiting for the round to commit
         self.pending_samples = 0.0
+        # The open round's samples, each gradient's discounted by 1 / (1 + staleness):
+        # its scale in base batches times the base batch (`ksync.lr_scaling.scale`).
+        self.pending_scaled = 0.0
+        self.last_gain = 1.0  # gain of the last commit
         self.contributed = [-1] * num_workers  # version of the round each joined last
 
     def set_rule(self, rule: Rule) -> None:
@@ -65,11 +83,32 @@ class UpdateState:
         """
         if not 0 < self.pending >= self.rule.k:
             return False
+        self._commit()
+        return True
+
+    def _commit(self) -> float:
+        """Apply the open round: its gain (`ksync.lr_scaling.LRScaling.commit` on its
+        staleness-discounted samples), counters and version."""
+        self.last_gain = (1.0 if self.scaling is None else
+                          self.scaling.commit(self.pending_scaled / self.scaling.base_batch))
         self.applied += self.pending
         self.pending = 0
         self.pending_samples = 0.0
+        self.pending_scaled = 0.0
         self.version += 1
-        return True
+        return self.last_gain
+
+    def learning_rate(self, base_lr: float, result: PushResult | None = None) -> float:
+        """The rate a commit applies: ``base_lr`` times its gain (``result``'s, else the
+        last commit's), capped by the scaling's ``max_lr``."""
+        r = self.last_gain if result is None else result.gain
+        return base_lr * r if self.scaling is None else self.scaling.learning_rate(base_lr, r)
+
+    def observe_noise(self, signal: float, trace: float) -> None:
+        """The committed round's ``(|G|^2, tr(S))`` estimate (`ksync.noise.estimate`), for
+        the gains of the later commits (nothing without AdaScale)."""
+        if self.scaling is not None:
+            self.scaling.observe(signal, trace)
 
     def may_start(self, worker: int) -> bool:
         """Whether `worker` may start a step now (False: it waits for the next version)."""
@@ -86,14 +125,11 @@ class UpdateState:
             return PushResult(False, 0.0, staleness, False, self.version)
         self.pending += 1
         self.pending_samples += samples
+        self.pending_scaled += samples / (1.0 + max(staleness, 0))
         self.contributed[worker] = self.version
         committed = self.pending >= self.rule.k
-        if committed:
-            self.applied += self.pending
-            self.pending = 0
-            self.pending_samples = 0.0
-            self.version += 1
-        return PushResult(True, weight, staleness, committed, self.version)
+        gain = self._commit() if committed else 1.0
+        return PushResult(True, weight, staleness, committed, self.version, gain)
 
     def check_invariants(self) -> None:
         if self.applied + self.dropped + self.pending != self.pushed:

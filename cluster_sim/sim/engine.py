@@ -33,6 +33,7 @@ import numpy as np
 
 import ksync
 from ksync.controller import RuleController
+from ksync import lr_scaling
 from ksync.learning_rate import LearningRate
 from ksync.noise import RoundNoise
 from predictor.schedule import AllocationSchedule
@@ -109,6 +110,13 @@ class SimConfig:
     chunk_overhead_s: float = 0.0
     same_batch_order: bool = False
     seed: int = 0
+    # Each commit applies ``learning_rate`` times the gain of ``lr_scaling``
+    # (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None; "auto" is the policy's
+    # own: "adascale" under `ksync.Adaptive`, None for the fixed rules), ``batch_size``
+    # being the base batch, capped at ``max_lr`` when given. None by default: the
+    # strategy's PS does not scale yet, and the simulator runs what the product runs.
+    lr_scaling: str | None = None
+    max_lr: float | None = None
 
     @property
     def step_size(self) -> LearningRate:
@@ -138,6 +146,8 @@ class SimConfig:
                      "start_overhead_s", "eval_relative_gap", "step_jitter"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.lr_scaling != lr_scaling.AUTO:
+            lr_scaling.check(self.lr_scaling)
 
 
 class _BatchStream:
@@ -209,9 +219,14 @@ class Simulation:
         if batch_allocation is not None:
             batch_allocation.check_feasible(n)
             schedule = AllocationSchedule(batch_allocation, forecaster, allocation_mode)
-        self.controller = RuleController(self.policy, n, schedule, allocate_every)
+        mode = lr_scaling.resolve(c.lr_scaling, self.policy)
+        self.scaling = (lr_scaling.LRScaling(mode, c.batch_size, c.max_lr)
+                        if mode is not None else None)
+        self.controller = RuleController(self.policy, n, schedule, allocate_every,
+                                         lr_scaling=mode, base_batch=float(c.batch_size))
         self.rule = self.controller.rule
-        self.state = ksync.UpdateState(n, self.rule)
+        self.state = ksync.UpdateState(n, self.rule, self.scaling)
+        self.lr_over_time = []  # (version, gain, learning rate) of every commit
         self.batch_sizes = self.controller.sizes or [c.batch_size] * n
         # {"wall_s", "sizes"} whenever the allocation changes (none without allocation).
         self.sizes_over_time = ([{"wall_s": 0.0, "sizes": list(map(int, self.batch_sizes))}]
@@ -353,10 +368,14 @@ class Simulation:
         if result.committed:
             self._flush()  # requests of the old version see the old parameters
             mean = self.agg / self.agg_samples
-            self.noise_sums += self.round_noise.estimate(float(mean @ mean))
+            estimate = self.round_noise.estimate(float(mean @ mean))
+            self.noise_sums += estimate
             self.round_noise = RoundNoise()
-            self.model.apply(mean.astype(self.model.dtype), self.step_size.at(state.pushed),
-                             c.momentum)
+            # The arm's rate at this push (its warm-up), times the gain before this round.
+            lr = state.learning_rate(self.step_size.at(state.pushed), result)
+            state.observe_noise(*estimate)
+            self.lr_over_time.append((state.version, result.gain, lr))
+            self.model.apply(mean.astype(self.model.dtype), lr, c.momentum)
             self.agg[:] = 0.0
             self.agg_samples = 0.0
             self.commits += 1
@@ -425,8 +444,13 @@ class Simulation:
         c = self.config
         loss, acc = self.model.evaluate(self.data.x_test, self.data.y_test)
         pushes = self.state.pushed
-        self.curve.append({"wall_s": float(self.clock.now), "pushes": pushes,
-                           "version": self.state.version, "loss": loss, "accuracy": acc})
+        point = {"wall_s": float(self.clock.now), "pushes": pushes,
+                 "version": self.state.version, "loss": loss, "accuracy": acc}
+        if self.scaling is not None:  # the last commit's gain and rate, progress so far
+            point.update(lr_gain=self.state.last_gain,
+                         learning_rate=self.state.learning_rate(self.step_size.at(pushes)),
+                         progress=self.scaling.progress)
+        self.curve.append(point)
         self.last_loss = loss
         gap = (max(c.eval_every, int(c.eval_relative_gap * pushes)) if c.eval_relative_gap
                else c.eval_every)
@@ -516,6 +540,21 @@ class Simulation:
                                for t, p in zip(self.worker_time, self.worker_pushes)],
             batch_sizes=self.sizes_over_time, curve=self.curve,
             scenario=self.speed_model.describe(), simulated=True).as_dict()
+
+    def lr_summary(self) -> dict:
+        """The learning-rate scaling of the run: mode, progress in base steps, and the
+        quartiles of the commits' gains and rates (the curve's points carry the last
+        commit's ``lr_gain`` and ``learning_rate`` and the ``progress`` so far)."""
+        out = {"mode": None if self.scaling is None else self.scaling.mode,
+               "base_lr": self.config.learning_rate, "commits": len(self.lr_over_time),
+               "progress": (float(len(self.lr_over_time)) if self.scaling is None
+                            else self.scaling.progress)}
+        if self.lr_over_time:
+            _, gains, rates = np.asarray(self.lr_over_time).T
+            out.update(gain_quartiles=np.quantile(gains, [0.25, 0.5, 0.75]).tolist(),
+                       lr_quartiles=np.quantile(rates, [0.25, 0.5, 0.75]).tolist(),
+                       final_gain=float(gains[-1]), final_lr=float(rates[-1]))
+        return out
 
 
 def _quantile(hist, q):
