@@ -281,3 +281,24 @@ def test_scale_reads_arms_as_simulate_does(capsys):
     assert [row.split()[1:3] for row in rows] == [["BSP", "@lr=0.05"], ["KAsync(k=2)", "20"]]
     assert main(["scale", "--workers", "4", "--policies", "ksync=5", "--updates", "20"]) == 2
     assert "cluster has only" in capsys.readouterr().err
+
+
+def test_bsp_on_the_ctr_workload_is_large_batch_sgd_with_sparse_pushes():
+    """The held-out workload in the simulator: gradients are sparse (the rows a batch
+    touched), summed as the PS sums ``IndexedSlices``, and BSP is still one process's
+    SGD with momentum on the round's batches concatenated."""
+    from cluster_sim.numpy_ctr import SparseGradient
+    from cluster_sim.workloads import load, numpy_model
+    data = load("ctr", train_size=4000, test_size=500)
+    config = quick(max_pushes=40, hidden=(16,), learning_rate=0.05, momentum=0.9)
+    sim = Simulation(ksync.BSP(), config, data, record_batches=True)
+    sim.run()
+    assert sim.state.version == 10 and sim.state.dropped == 0
+    assert all(isinstance(g, SparseGradient) for g in sim.grads if g is not None)
+    reference = numpy_model(data, config.hidden, seed=config.seed)
+    for version in range(sim.state.version):
+        rows = np.concatenate([r for v, _, r, _ in sim.batches if v == version])
+        x, y = data.x_train[rows][None], data.y_train[rows][None]
+        (g,) = reference.gradients(None, x, y, np.full((1, len(rows)), 1 / len(rows)))
+        reference.apply(g, config.learning_rate, config.momentum)
+    np.testing.assert_allclose(sim.model.params, reference.params, rtol=1e-4, atol=1e-6)

@@ -11,10 +11,14 @@ the latest validation loss, which the harness's evaluator reports too), and
 batch sizes come from the product's `predictor.AllocationSchedule` (profiling phase,
 modes, windowed speeds).
 
-Gradients are real (`cluster_sim.numpy_mlp.MLP`), computed in event order from the
-parameters each worker read. A worker's gradient depends only on the version it read and
-its batch, so the gradients of every worker that read the same version are computed
-together, lazily, just before that version is replaced (or when one is needed).
+Gradients are real (`cluster_sim.workloads.numpy_model`: `cluster_sim.numpy_mlp.MLP`, or
+for a workload with embedding tables, ``ctr``, `cluster_sim.numpy_ctr.EmbeddingMLP`, whose
+gradients are `cluster_sim.numpy_ctr.SparseGradient`s: the MLP's part and the rows the
+batch touched, summed in a `cluster_sim.numpy_ctr.GradientSum` as the PS sums
+``IndexedSlices``), computed in event order from the parameters each worker read. A
+worker's gradient depends only on the version it read and its batch, so the gradients of
+every worker that read the same version are computed together, lazily, just before that
+version is replaced (or when one is needed).
 
 Example:
 
@@ -39,8 +43,8 @@ from ksync.noise import RoundNoise
 from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult, curve_tta, target_reached
 from cluster_sim.sim.clock import EventClock
-from cluster_sim.numpy_mlp import MLP
 from cluster_sim.sim.speeds import Network, make_speed_model
+from cluster_sim.workloads import numpy_model
 from ksync.policies import RECENT_STEPS
 
 _ARRIVE, _APPLY, _READ = 0, 1, 2
@@ -213,7 +217,10 @@ class Simulation:
             from cluster_sim.workloads import digits
             data = digits(seed=c.seed)
         self.data = data
-        self.model = MLP(data.num_features, data.num_classes, c.hidden, seed=c.seed)
+        self.model = numpy_model(data, c.hidden, seed=c.seed)
+        # Sparse gradients (`cluster_sim.numpy_ctr`): kept per worker in a list, summed
+        # in a `GradientSum`; ``model.nbytes`` is then a 32-sample step's push at most.
+        self.sparse = getattr(data, "layout", None) is not None
         self.network = Network(self.model.nbytes, c.bandwidth_gbps, c.latency_s)
         schedule = None
         if batch_allocation is not None:
@@ -239,12 +246,16 @@ class Simulation:
         self.read_version = [0] * n
         self.rows = [None] * n
         self.step_time = [0.0] * n
-        self.grads = np.zeros((n, self.model.num_params), self.model.dtype)
+        self.grads = ([None] * n if self.sparse
+                      else np.zeros((n, self.model.num_params), self.model.dtype))
         self.requests = []  # workers whose gradient (at the current version) is not computed
         self.requested = np.zeros(n, bool)
         self.waiting = set()  # workers held at the k-sync gate
-        self.agg = np.zeros(self.model.num_params, np.float64)
-        self._g64 = np.empty(self.model.num_params, np.float64)  # scratch of one push
+        if self.sparse:
+            self.agg = self.model.zero_sum()
+        else:
+            self.agg = np.zeros(self.model.num_params, np.float64)
+            self._g64 = np.empty(self.model.num_params, np.float64)  # scratch of one push
         self.agg_samples = 0.0
         self.round_noise = RoundNoise()  # the current round's gradient norms, as the PS's
         self.noise_sums = np.zeros(2)    # cumulative (|G|^2, tr(S)) of committed rounds
@@ -322,9 +333,15 @@ class Simulation:
             r = self.rows[w]
             idx[j, :len(r)] = r
             weights[j, :len(r)] = 1.0 / len(r)
-        g = self.model.gradients(self.model.params, self.data.x_train[idx],
-                                 self.data.y_train[idx], weights)
-        self.grads[ws] = g
+        # A sparse model reads its own parameters, settling only the rows looked up
+        # (its ``params`` would settle the whole table).
+        g = self.model.gradients(None if self.sparse else self.model.params,
+                                 self.data.x_train[idx], self.data.y_train[idx], weights)
+        if self.sparse:
+            for w, gw in zip(ws, g):
+                self.grads[w] = gw
+        else:
+            self.grads[ws] = g
         self.requested[ws] = False
 
     def _release_waiting(self):
@@ -356,27 +373,38 @@ class Simulation:
         self.step_started[w] = None
         if result.accepted:
             # As the PS aggregate: sum of weight * samples * gradient over sum of samples.
-            g = self._g64
-            g[:] = self.grads[w]
-            self.round_noise.add(float(g @ g), samples)
-            g *= result.weight * samples
-            self.agg += g
+            if self.sparse:
+                g = self.grads[w]
+                self.round_noise.add(g.norm2(), samples)
+                self.agg.add(g, result.weight * samples)
+            else:
+                g = self._g64
+                g[:] = self.grads[w]
+                self.round_noise.add(float(g @ g), samples)
+                g *= result.weight * samples
+                self.agg += g
             self.agg_samples += samples
             if self.record_batches:
                 self.batches.append((int(self.read_version[w]), w, self.rows[w].copy(),
                                      result.weight))
         if result.committed:
             self._flush()  # requests of the old version see the old parameters
-            mean = self.agg / self.agg_samples
-            estimate = self.round_noise.estimate(float(mean @ mean))
+            if self.sparse:
+                mean = self.agg.total(self.agg_samples, self.model.dtype)
+                estimate = self.round_noise.estimate(mean.norm2())
+                self.agg.clear()
+            else:
+                mean = self.agg / self.agg_samples
+                estimate = self.round_noise.estimate(float(mean @ mean))
+                mean = mean.astype(self.model.dtype)
+                self.agg[:] = 0.0
             self.noise_sums += estimate
             self.round_noise = RoundNoise()
             # The arm's rate at this push (its warm-up), times the gain before this round.
             lr = state.learning_rate(self.step_size.at(state.pushed), result)
             state.observe_noise(*estimate)
             self.lr_over_time.append((state.version, result.gain, lr))
-            self.model.apply(mean.astype(self.model.dtype), lr, c.momentum)
-            self.agg[:] = 0.0
+            self.model.apply(mean, lr, c.momentum)
             self.agg_samples = 0.0
             self.commits += 1
         pushes = state.pushed
