@@ -280,7 +280,7 @@ def test_simulations_in_several_processes_give_the_same_runs_in_matrix_order(tin
     one thread per process), in the same order."""
     from cluster_sim.cli.bench_policies import _sim_config, run_matrix
     scenario, run_config, data = tiny
-    arms = bench_arms(["bsp", "asp", "ksync"], 4)
+    arms = bench_arms(["bsp", "asp"], 4)
     config = _sim_config(ZERO_COSTS, scenario, run_config, data, 4)
     alone = run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config)
     seen = []
@@ -301,7 +301,7 @@ def test_a_deadline_stops_the_processes_taking_new_runs_not_the_runs_under_way(
 
     from cluster_sim.cli import bench_policies
     scenario, run_config, data = tiny
-    arms = bench_arms(["bsp", "asp", "ksync"], 4)
+    arms = bench_arms(["bsp", "asp"], 4)
     config = bench_policies._sim_config(ZERO_COSTS, scenario, run_config, data, 4)
     reads = []  # the clock passes the deadline after the two processes took a run each
 

@@ -137,9 +137,9 @@ def check_bsp_equals_single_process(local, partitioner, steps_per_execution, mak
 # adaptive path (observations, the monitor, a rule that could change at any time).
 @pytest.mark.parametrize("policy", [ksync.BSP(), ksync.AdaSync(k0=3, refresh_every=10)],
                          ids=["BSP", "AdaSync"])
-def test_steps_per_execution_keeps_a_synchronous_rule_exact(cluster, policy):
+def test_steps_per_execution_keeps_a_synchronous_rule_exact(cluster, policy, record_property):
     """The issue's client: written for the stock strategy, steps_per_execution=5, a
-    batched tf.data.Dataset given to fit, 6 x 100 steps, validation every epoch."""
+    batched tf.data.Dataset given to fit, 6 x 50 steps, validation every epoch."""
     strategy = KSyncStrategy(cluster.resolver(), policy=policy)
     with strategy.scope():
         model = mlp(DATA.num_features, DATA.num_classes)
@@ -148,12 +148,13 @@ def test_steps_per_execution_keeps_a_synchronous_rule_exact(cluster, policy):
                       metrics=["accuracy"], steps_per_execution=5)
     train = tf.data.Dataset.from_tensor_slices((DATA.x_train, DATA.y_train)).shuffle(
         2000, seed=1).repeat().batch(32)
-    history = model.fit(train, epochs=6, steps_per_epoch=100, verbose=0,
+    history = model.fit(train, epochs=6, steps_per_epoch=50, verbose=0,
                         validation_data=DATA.test_dataset(), validation_steps=1)
     t = strategy.telemetry()
-    check_counters(t, 600)
+    check_counters(t, 300)
     assert t["dropped"] == 0 and t["pending"] == 0
-    assert t["staleness_histogram"][0] == 600  # every gradient read the version it joined
+    assert t["staleness_histogram"][0] == 300  # every gradient read the version it joined
+    record_property("val_accuracy", history.history["val_accuracy"][-1])
     assert history.history["val_accuracy"][-1] >= 0.9
     assert model.predict(DATA.test_dataset(), steps=1, verbose=0).shape == (
         len(DATA.y_test), 10)
