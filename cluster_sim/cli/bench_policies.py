@@ -80,7 +80,8 @@ import time
 
 from cluster_sim.cli import command_line, parse_seeds
 from cluster_sim.cli.arm_grid import (FAMILIES, ORDER, BenchArm, baseline_label,  # noqa: F401
-                                      bench_arms, check_arms, grid_edges, matrix_specs,
+                                      bench_arms, check_arms, coarse_arms, grid_edges,
+                                      matrix_specs, refined_arms,
                                       oracle_choices, oracle_settings, parse_families,
                                       parse_lr_grid, per_seed, pinned_values, tuned_from)
 from cluster_sim.cli.bench_table import arm_row, bench_table, table_and_verdict  # noqa: F401
@@ -418,19 +419,30 @@ def _tune_in_sim(arms, scenario, run_config, costs, data, seeds, log, jobs=1) ->
                  sim_config=config, data=data, jobs=jobs)
 
 
-def _tune(arms, scenario, run_config, seeds, log, what, **matrix) -> dict:
+def _tune(arms, scenario, run_config, seeds, log, what, staged=False, **matrix) -> dict:
     """Each rule's chosen setting among ``arms`` (`ArmSpec`s by rule) after running
-    them over the tuning ``seeds`` (`run_matrix` with ``matrix``)."""
+    them over the tuning ``seeds`` (`run_matrix` with ``matrix``). ``staged`` prunes
+    the grid: a coarse pass on the first seed (`coarse_arms`: each parameter value at
+    the base momentum, learning rates a factor 4 apart), then each rule's refinement
+    around its coarse choice (`refined_arms`) on every tuning seed, chosen there."""
     chosen = [a for a in arms if not a.linear and sum(
         b.family == a.family and not b.linear for b in arms) > 1]
     if not chosen:
         return {}
+    if staged:
+        base = scenario_base(scenario)
+        coarse = coarse_arms(chosen, base)
+        first = run_matrix(coarse, scenario, seeds[:1], run_config, **matrix)
+        picked = oracle_choices(first, coarse)
+        log(f"{what}, coarse pass on seed {seeds[0]} ({len(coarse)} arms): "
+            + ", ".join(picked.values()))
+        chosen = refined_arms(chosen, picked, base)
     results = run_matrix(chosen, scenario, seeds, run_config, **matrix)
     oracle = oracle_choices(results, chosen)
     tuned = {name: ArmSpec(name, s["value"], s["lr"], s["momentum"])
              for name, s in oracle_settings(oracle, chosen).items()}
     # The reported matrix runs one setting per rule: say here where a grid was too narrow.
-    edges = {name: grid_edges(chosen, label) for name, label in oracle.items()}
+    edges = {name: grid_edges(arms, label) for name, label in oracle.items()}
     tuned = {name: TunedSpec(*dataclasses.astuple(spec), edges=tuple(edges[name]))
              for name, spec in tuned.items()}
     log(f"{what}: " + ", ".join(spec.described for spec in tuned.values()))
@@ -598,7 +610,7 @@ def run(args) -> int:
                     _arms(specs, n, scenario, lr_grid), scenario, run_config, tune_seeds,
                     log, f"{name} on {n} workers, tuned on seeds {_seed_text(tune_seeds)}",
                     sim_config=config, data=data, jobs=args.jobs, store=store,
-                    deadline=deadline)
+                    deadline=deadline, staged=args.tune_stages)
             arms = _arms(specs, n, scenario, lr_grid, tuned[name, n])
             total = len(arms) * len(seeds)
             held = sum(store.get(a.arm.label, s) is not None for s in seeds for a in arms)
@@ -705,10 +717,15 @@ def run(args) -> int:
     return 0
 
 
+def scenario_base(scenario) -> LearningRate:
+    """The scenario's step size: the base of every arm's learning rate."""
+    return LearningRate(scenario.learning_rate, momentum=scenario.momentum)
+
+
 def _arms(specs, n, scenario, lr_grid, tuned=None):
     """The matrix's arms on ``n`` workers of ``scenario`` (its learning rate the base)."""
     return bench_arms(specs, n, tuned, lr_grid=lr_grid, batch_size=scenario.batch_size,
-                      base=LearningRate(scenario.learning_rate, momentum=scenario.momentum))
+                      base=scenario_base(scenario))
 
 
 def _us_per_sample(scenario, costs, args, log) -> float:
@@ -775,6 +792,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a range; a list), then run only the "
                              "chosen ones on --seeds, which must not share any; with "
                              "--grid-from-sim the simulator's tuning seeds")
+    parser.add_argument("--tune-stages", action="store_true",
+                        help="with --tune-seeds and --lr-grid: prune the grid in two "
+                             "stages: every parameter value at the base momentum and "
+                             "learning rates a factor 4 apart on the first tuning seed, "
+                             "then around each rule's choice (its rate and the two a "
+                             "factor 2 either side; each other momentum at the same "
+                             "effective step) on every tuning seed")
     parser.add_argument("--jobs", type=int, default=1,
                         help="simulations in this many processes at once (--simulate, the "
                              "--grid-from-sim tuning and the calibration; default 1). Not "
