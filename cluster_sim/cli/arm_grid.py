@@ -36,7 +36,7 @@ from ksync.learning_rate import LearningRate
 __all__ = ["FAMILIES", "ORDER", "MOMENTA", "BASE_ONLY", "BenchArm", "matrix_specs", "parse_families",
            "pinned_values", "parse_lr_grid", "lr_values", "bench_arms", "oracle_choices",
            "baseline_label", "grid_edges", "oracle_settings", "tuned_from", "check_arms",
-           "coarse_arms", "refined_arms"]
+           "coarse_arms", "refined_arms", "tuned_arms", "tuning_choices"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +300,36 @@ def refined_arms(arms, chosen: dict, base: LearningRate) -> list:
             out += near or [min(same, key=lambda a: abs(_log2_ratio(a.arm.learning_rate.rate,
                                                                     centre)))]
     return [a for a in arms if a in out]  # in the grid's order
+
+
+def tuned_arms(arms) -> list:
+    """The arms a tuning chooses among: each rule's settings, linear-scaling arms
+    aside, for the rules run at more than one."""
+    return [a for a in arms if not a.linear and sum(
+        b.family == a.family and not b.linear for b in arms) > 1]
+
+
+def tuning_choices(results, arms, seeds, base: LearningRate | None = None) -> dict:
+    """Each rule's chosen label among ``arms`` (`tuned_arms`) from the tuning runs
+    ``results`` on ``seeds``: the best over all of them, or with ``base`` (a pruned
+    tuning, ``--tune-stages``) the best of `refined_arms` around each rule's choice
+    among `coarse_arms` on the first seed. What the tables recompute from a store.
+
+    >>> base = LearningRate(0.02, momentum=0.9)
+    >>> arms = bench_arms(["asp"], 8, base=base, lr_grid="auto")
+    >>> runs = [{"policy": "ASP @lr=0.005", "seed": 100, "tta_s": 9.0},
+    ...         {"policy": "ASP @lr=0.02", "seed": 100, "tta_s": 12.0},
+    ...         {"policy": "ASP @lr=0.0025", "seed": 100, "tta_s": 8.0},
+    ...         {"policy": "ASP @lr=0.02", "seed": 101, "tta_s": 1.0}]
+    >>> tuning_choices(runs, arms, [100], base), tuning_choices(runs, arms, [100, 101])
+    ({'asp': 'ASP @lr=0.0025'}, {'asp': 'ASP @lr=0.02'})
+    """
+    chosen = tuned_arms(arms)
+    if base is not None:
+        coarse = coarse_arms(chosen, base)
+        first = [r for r in results if r["seed"] == seeds[0]]
+        chosen = refined_arms(chosen, oracle_choices(first, coarse), base)
+    return oracle_choices([r for r in results if r["seed"] in seeds], chosen)
 
 
 # ---- choosing ---------------------------------------------------------------------------
