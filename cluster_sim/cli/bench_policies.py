@@ -369,7 +369,7 @@ def load_bench_scenario(name, args, us_per_sample=None):
 #: it), so the late target is 80 % of the way from the early target to the long-run loss:
 #: 0.98 - 0.8 x (0.98 - 0.689) = 0.747, rounded to 0.75. BSP at lr 0.05 first holds the
 #: trailing loss under 0.76 after ~5,450 updates (8x its early-target updates). The
-#: command: ``runs/late/long_bsp.py`` of the race2 branch (cluster_sim/results/race_sim8/README.md).
+#: runs and the arithmetic: ``cluster_sim/results/race_sim8/late_target.py``.
 LATE_TARGETS = {"teacher": 0.75}
 
 
