@@ -25,6 +25,17 @@ ratios paired by seed: to tuned BSP, and Adaptive over each rule.
 ```
 python -m cluster_sim bench tables cluster_sim/results/race_sim8 --from-runs runs/race_sim8
 ```
+
+Adaptive's runs are an arm of their own (``Adaptive``, the base learning rate): to re-run
+them alone (e.g. once Adaptive scales its learning rate) and replace them in the tables:
+
+```
+python -m cluster_sim bench policies --simulate --scenario homogeneous --arms adaptive \
+    --tuned-from runs/race_sim8 --seeds 0-9 --costs cluster_sim/scenarios/bench/costs_25ms.json \
+    --out runs/race_sim8_adaptive
+python -m cluster_sim bench tables cluster_sim/results/race_sim8 --from-runs runs/race_sim8 \
+    --from-runs runs/race_sim8_adaptive > docs/benchmarks/race.md
+```
 """
 
 from __future__ import annotations
@@ -70,7 +81,8 @@ def compact_run(run: dict, spec: str, targets) -> dict:
     else:
         tta = {_target_key(loss): curve_tta(run["curve"], target_loss=loss)["tta_s"]
                for loss in sorted(targets) if loss >= own}
-    return {"spec": spec, "policy": run["policy"], "seed": run["seed"], "tta": tta,
+    return {"spec": spec, "policy": run["policy"], "family": run.get("family"),
+            "seed": run["seed"], "tta": tta,
             "final_loss": run.get("final_loss"), "final_accuracy": run.get("final_accuracy"),
             "updates": run.get("version"), "dropped": run.get("dropped")}
 
@@ -88,58 +100,76 @@ def _git(*args) -> str:
                           check=True).stdout.strip()
 
 
-def export(runs_dir, store_dir, targets=None) -> list[str]:
-    """(Re)write the compact store ``store_dir`` from a ``bench policies --simulate``
-    ``--out`` directory ``runs_dir``; returns the files written. ``targets``: the losses
-    to keep times for besides each store's own (default: the teacher's early and late
-    targets, `cluster_sim.workloads.TEACHER_TARGET` and `LATE_TARGETS`)."""
+def export(runs_dirs, store_dir, targets=None) -> list[str]:
+    """(Re)write the compact store ``store_dir`` from ``bench policies --simulate``
+    ``--out`` directories ``runs_dirs`` (one, or several: a later one's runs replace the
+    earlier ones' of the same rule on the seeds it ran, e.g. Adaptive re-run alone with
+    ``--tuned-from``); returns the files written. ``targets``: the losses to keep times
+    for besides each store's own (default: the teacher's early and late targets,
+    `cluster_sim.workloads.TEACHER_TARGET` and `LATE_TARGETS`)."""
     from cluster_sim.cli.bench_policies import LATE_TARGETS
     from cluster_sim.cli.run_store import saved_conditions
     from cluster_sim.workloads import TEACHER_TARGET
-    runs_dir, store_dir = pathlib.Path(runs_dir), pathlib.Path(store_dir)
-    bench = json.loads((runs_dir / "results.json").read_text())
-    meta = {k: bench["meta"][k] for k in ("argv", "seeds", "tune_seeds", "arms", "lr_grid",
-                                          "tune_stages", "target") if k in bench["meta"]}
-    meta["costs"] = {k: v for k, v in bench["costs"].items() if k not in ("raw",)}
-    meta["commit"] = _git("rev-parse", "--short=12", "HEAD")
-    meta["date"] = _git("show", "-s", "--format=%cs", "HEAD")
-    meta["stores"] = {}
-    store_dir.mkdir(parents=True, exist_ok=True)
+    runs_dirs = [pathlib.Path(d) for d in ([runs_dirs] if isinstance(runs_dirs, (str, pathlib.Path))
+                                           else runs_dirs)]
+    store_dir = pathlib.Path(store_dir)
+    meta, merged = None, {}
+    for runs_dir in runs_dirs:
+        bench = json.loads((runs_dir / "results.json").read_text())
+        if meta is None:
+            meta = {k: bench["meta"][k] for k in ("argv", "seeds", "tune_seeds", "arms",
+                                                  "lr_grid", "tune_stages", "target")
+                    if k in bench["meta"]}
+            meta["costs"] = {k: v for k, v in bench["costs"].items() if k != "raw"}
+            meta["commit"] = _git("rev-parse", "--short=12", "HEAD")
+            meta["date"] = _git("show", "-s", "--format=%cs", "HEAD")
+            meta["stores"], meta["replaced_by"] = {}, []
+        else:
+            meta["replaced_by"].append(bench["meta"]["argv"])
+        for path in sorted(runs_dir.glob("*_sim*_runs")):
+            key = path.name[:-len("_runs")]
+            conditions = saved_conditions(path)
+            run_config, sim = conditions["run_config"], conditions["simulator"]
+            own = sim["target_loss"]
+            wanted = (sorted({own, *(targets or (TEACHER_TARGET["loss"],
+                                                 *LATE_TARGETS.values()))})
+                      if own is not None else [])
+            # The store's own target, or (a run to the late target) the highest kept.
+            early = own if run_config["target_loss"] is None else max(wanted)
+            accuracy = f"accuracy {sim['target_accuracy']:g}"
+            entry = meta["stores"].setdefault(key, {
+                "scenario": conditions["scenario"].split(":")[0],
+                "workers": sim["num_workers"],
+                "early": _target_key(early) if early is not None else accuracy,
+                "own": _target_key(own) if own is not None else accuracy,
+                "base_lr": run_config["learning_rate"],
+                "base_momentum": run_config["momentum"],
+                "batch_size": run_config["batch_size"],
+                "us_per_sample": conditions["us_per_sample"],
+                "max_pushes": sim["max_pushes"]})
+            arms, _ = _full_arms(meta, entry)
+            spec = {a.arm.label: a.spec.text if a.spec else a.family for a in arms}
+            new = {}
+            for line in (path / "runs.jsonl").read_text().splitlines():
+                try:
+                    run = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a killed bench
+                row = compact_run(run, spec.get(run["policy"], run["policy"]), wanted)
+                new[row["policy"], row["seed"]] = row
+            ran = {(r["family"], r["seed"]) for r in new.values()}
+            kept = {k: r for k, r in merged.get(key, {}).items()
+                    if (r["family"], r["seed"]) not in ran}
+            merged[key] = {**kept, **new}
     written = []
-    for path in sorted(runs_dir.glob("*_sim*_runs")):
-        key = path.name[:-len("_runs")]
-        conditions = saved_conditions(path)
-        run_config, sim = conditions["run_config"], conditions["simulator"]
-        own = sim["target_loss"]
-        wanted = (sorted({own, *(targets or (TEACHER_TARGET["loss"], *LATE_TARGETS.values()))})
-                  if own is not None else [])
-        # The store's own target, or (a run to the late target) the highest kept.
-        early = own if run_config["target_loss"] is None else max(wanted)
-        entry = {"scenario": conditions["scenario"].split(":")[0],
-                 "workers": sim["num_workers"],
-                 "early": (_target_key(early) if early is not None
-                           else f"accuracy {sim['target_accuracy']:g}"),
-                 "own": (_target_key(own) if own is not None
-                         else f"accuracy {sim['target_accuracy']:g}"),
-                 "base_lr": run_config["learning_rate"],
-                 "base_momentum": run_config["momentum"],
-                 "batch_size": run_config["batch_size"],
-                 "us_per_sample": conditions["us_per_sample"],
-                 "max_pushes": sim["max_pushes"]}
-        arms, _ = _full_arms(meta, entry)
-        spec = {a.arm.label: a.spec.text if a.spec else a.family for a in arms}
-        lines = []
-        for line in (path / "runs.jsonl").read_text().splitlines():
-            try:
-                run = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a killed bench
-            lines.append(compact_run(run, spec.get(run["policy"], run["policy"]), wanted))
-        lines.sort(key=lambda r: (r["seed"], r["policy"]))
+    store_dir.mkdir(parents=True, exist_ok=True)
+    for key, rows in merged.items():
         out = store_dir / f"{key}.jsonl"
-        out.write_text("".join(json.dumps(r) + "\n" for r in lines))
-        meta["stores"][key] = entry
+        out.write_text("".join(json.dumps(r) + "\n" for r in
+                               sorted(rows.values(), key=lambda r: (r["seed"], r["policy"]))))
         written.append(str(out))
+    if not meta["replaced_by"]:
+        del meta["replaced_by"]
     (store_dir / META).write_text(json.dumps(meta, indent=1) + "\n")
     return written + [str(store_dir / META)]
 
@@ -205,7 +235,8 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
              + (", pruned in two stages: `--tune-stages`" if meta.get("tune_stages") else "")
              + f"); reported on seeds {_seeds(reported)}. Base learning rate "
              f"{base.rate:g}, momentum {base.momentum:g}; {entry['us_per_sample']:g} us per "
-             f"sample; at most {entry['max_pushes']} pushes a run."]
+             f"sample; at most {entry['max_pushes']} pushes a run. Made at commit "
+             f"{meta['commit']} ({meta['date']})."]
     families = [f for f in ORDER if any(a.family == f for a in arms)]
     bsp_label = choices.get("bsp")
     adaptive = next((a.arm.label for a in arms if a.family == "adaptive"), None)
@@ -261,8 +292,13 @@ def race_page(store_dir) -> str:
     store_dir = pathlib.Path(store_dir)
     meta = json.loads((store_dir / META).read_text())
     costs = meta["costs"]
+    root = pathlib.Path(__file__).resolve().parents[2]
+    try:  # the command as typed at the repository's top, wherever it runs
+        shown = store_dir.resolve().relative_to(root).as_posix()
+    except ValueError:
+        shown = store_dir.as_posix()
     head = [f"# The fair race, simulated (issue 46)", "",
-            f"Generated by `python -m cluster_sim bench tables {store_dir.as_posix()}` from "
+            f"Generated by `python -m cluster_sim bench tables {shown}` from "
             f"the compact store there; do not edit. Runs made by `{' '.join(meta['argv'])}` "
             f"(store exported at commit {meta['commit']}, {meta['date']}).", "",
             f"Costs: framework {1e3 * costs.get('framework_step_s', 0):.0f} ms a step, "
@@ -274,6 +310,9 @@ def race_page(store_dir) -> str:
             "order-statistic interval where a run never reached). Ratios are paired by "
             "seed: below 1 the first is faster. `never`: did not reach the target within "
             "the run's pushes."]
+    for argv in meta.get("replaced_by", ()):
+        head += ["", f"The runs of the rules (and seeds) of `{' '.join(argv)}` replace the "
+                     "first command's."]
     sections = []
     for key in meta["stores"]:
         path = store_dir / f"{key}.jsonl"
@@ -285,9 +324,11 @@ def race_page(store_dir) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("store", metavar="DIR", help="a compact store (meta.json and "
                         "SCENARIO_simN.jsonl), e.g. cluster_sim/results/race_sim8")
-    parser.add_argument("--from-runs", default=None, metavar="OUT",
+    parser.add_argument("--from-runs", action="append", default=None, metavar="OUT",
                         help="first (re)write DIR from a bench policies --simulate --out "
-                             "directory (its results.json and run stores)")
+                             "directory (its results.json and run stores); repeated, a "
+                             "later directory's runs replace the earlier's of the same "
+                             "rule on its seeds (Adaptive re-run alone, --tuned-from)")
 
 
 def run(args) -> int:
