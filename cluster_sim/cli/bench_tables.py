@@ -237,6 +237,10 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
              f"{base.rate:g}, momentum {base.momentum:g}; {entry['us_per_sample']:g} us per "
              f"sample; at most {entry['max_pushes']} pushes a run. Made at commit "
              f"{meta['commit']} ({meta['date']})."]
+    if not reported:
+        chosen = ", ".join(choices.values()) or "none yet"
+        return "\n".join(lines + ["", f"No reported run yet: tuning only (choices so far: "
+                                       f"{chosen})."])
     families = [f for f in ORDER if any(a.family == f for a in arms)]
     bsp_label = choices.get("bsp")
     adaptive = next((a.arm.label for a in arms if a.family == "adaptive"), None)
