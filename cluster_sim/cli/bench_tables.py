@@ -263,11 +263,11 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
                 setting += " (base rate, not tuned)"
             times = _times(mine, sorted(mine), target)
             intervals.append(seed_interval(times))
-            linear = next((a.arm.label for a in arms
-                           if a.family == family and a.linear), None)
+            linear = next((a.arm.label for a in arms if a.family == family and a.linear
+                           and a.value == by_label[label].value), None)
             lin = runs(linear) if linear else {}
             body.append([
-                by_label[label].arm.label.split(" ")[0] if family != "bsp" else "BSP",
+                label.split(" ")[0].split("(")[0],
                 setting, _median(times), _interval(times), _reached(mine, reported, target),
                 _ratio(mine, runs(bsp_label), reported, target) if bsp_label else "-",
                 "-" if family == "adaptive" or not adaptive
