@@ -128,6 +128,8 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
             meta["replaced_by"].append(bench["meta"]["argv"])
         for path in sorted(runs_dir.glob("*_sim*_runs")):
             key = path.name[:-len("_runs")]
+            if not (path / "runs.jsonl").exists():
+                continue  # a store opened, no run made yet
             conditions = saved_conditions(path)
             run_config, sim = conditions["run_config"], conditions["simulator"]
             own = sim["target_loss"]
