@@ -35,7 +35,7 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
                and "linear" not in r["spec"])
     assert asp["spec"] == f"asp@{chosen['lr']:g}" + (
         f"/{chosen['momentum']:g}" if chosen["momentum"] is not None else "")
-    assert "## tiny, 4 simulated workers" in page and "(base rate, not tuned)" in page
+    assert "### tiny, 4 simulated workers" in page and "(base rate, not tuned)" in page
     assert "ASP @linear=" in page and "Adaptive / rule" in page
     # Regenerated from the store alone, the same page.
     assert main(["bench", "tables", str(store)]) == 0
@@ -55,8 +55,11 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not (COMMITTED / "meta.json").exists(), reason="no committed store yet")
-def test_the_committed_page_is_its_store_regenerated():
+def test_the_committed_page_is_its_stores_regenerated():
+    import re
     from cluster_sim.cli.bench_tables import race_page
-    assert race_page(COMMITTED) == PAGE.read_text(), (
-        "regenerate it: python -m cluster_sim bench tables cluster_sim/results/race_sim8 "
-        "> docs/benchmarks/race.md")
+    page = PAGE.read_text()
+    command = re.search(r"`(python -m cluster_sim bench tables [^`]+)`", page).group(1)
+    stores = command.split()[5:]
+    assert race_page(*(ROOT / s for s in stores)) == page, (
+        f"regenerate it: {command} > docs/benchmarks/race.md")
