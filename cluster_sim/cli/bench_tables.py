@@ -226,6 +226,7 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
     own = [dict(r, tta_s=r["tta"].get(entry["own"])) for r in rows]
     choices = tuning_choices(own, arms, tune, base if meta.get("tune_stages") else None)
     reported = sorted({r["seed"] for r in rows if r["seed"] not in tune})
+    planned = list(meta.get("seeds") or reported)
     targets = [entry["early"]] + sorted(
         {t for r in rows if r["seed"] in reported for t in r["tta"]} - {entry["early"]},
         key=float, reverse=True)
@@ -235,7 +236,10 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
     lines = [f"### {name}, {n} simulated workers", "",
              f"Tuned on seeds {_seeds(tune)} ({made} tuning runs"
              + (", pruned in two stages: `--tune-stages`" if meta.get("tune_stages") else "")
-             + f"); reported on seeds {_seeds(reported)}. Base learning rate "
+             + f"); reported on seeds {_seeds(reported)}"
+             + (f" (of {_seeds(planned)} planned: the matrix is unfinished)"
+                if set(planned) - set(reported) else "")
+             + ". Base learning rate "
              f"{base.rate:g}, momentum {base.momentum:g}; {entry['us_per_sample']:g} us per "
              f"sample; at most {entry['max_pushes']} pushes a run. Made at commit "
              f"{meta['commit']} ({meta['date']})."]
