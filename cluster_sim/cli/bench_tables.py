@@ -120,6 +120,8 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
             meta = {k: bench["meta"][k] for k in ("argv", "seeds", "tune_seeds", "arms",
                                                   "lr_grid", "tune_stages", "target")
                     if k in bench["meta"]}
+            # A bench made before its meta said so: --tune-stages in its command.
+            meta.setdefault("tune_stages", "--tune-stages" in meta["argv"])
             meta["costs"] = {k: v for k, v in bench["costs"].items() if k != "raw"}
             meta["commit"] = _git("rev-parse", "--short=12", "HEAD")
             meta["date"] = _git("show", "-s", "--format=%cs", "HEAD")
