@@ -12,6 +12,9 @@ date of the export. The page is generated, never edited by hand:
 python -m cluster_sim bench tables cluster_sim/results/race_sim8 > docs/benchmarks/race.md
 ```
 
+Several stores make one page (e.g. a late-target pass kept apart:
+``bench tables cluster_sim/results/race_sim8 cluster_sim/results/race_sim8_late``).
+
 The tables recompute each rule's tuned setting from the tuning runs in the store (the
 bench's own choice: `cluster_sim.cli.arm_grid.tuning_choices`), then report on the other
 seeds: each rule at its tuned setting (flagged where the setting sits at an edge of its
@@ -71,8 +74,8 @@ def compact_run(run: dict, spec: str, targets) -> dict:
     ...        "curve": [{"wall_s": t, "loss": l} for t, l in enumerate([2, 1, .9, .6, .5, .4])],
     ...        "final_loss": 0.4, "final_accuracy": 0.8, "version": 50, "dropped": 0}
     >>> c = compact_run(run, "bsp@0.1", [0.5, 1.0, 0.1])
-    >>> c["tta"], c["spec"], c["updates"]
-    ({'0.5': 5.0, '1': 3.5}, 'bsp@0.1', 50)
+    >>> c["tta"], c["spec"], c["updates"]   # the trailing mean of 5 evaluations
+    ({'0.5': None, '1': 4.0}, 'bsp@0.1', 50)
     """
     from cluster_sim.report.results import curve_tta
     own = run["target_loss"]
@@ -88,11 +91,16 @@ def compact_run(run: dict, spec: str, targets) -> dict:
 
 
 def _full_arms(meta, entry):
-    """Every arm of the matrix's grid on the entry's workers (labels as stored)."""
+    """Every arm of the matrix's grid on the entry's workers (labels as stored): with
+    ``entry["settings"]`` (a matrix run at settings chosen elsewhere, ``--tuned-from``)
+    those settings."""
+    from cluster_sim.harness.arms import ArmSpec
     base = LearningRate(entry["base_lr"], momentum=entry["base_momentum"])
     lr_grid = meta["lr_grid"] if meta["lr_grid"] in (None, "auto") else tuple(meta["lr_grid"])
-    return bench_arms(matrix_specs(",".join(meta["arms"])), entry["workers"], base=base,
-                      lr_grid=lr_grid, batch_size=entry["batch_size"]), base
+    tuned = {f: ArmSpec(f, s.get("value"), s.get("lr"), s.get("momentum"))
+             for f, s in (entry.get("settings") or {}).items()}
+    return bench_arms(matrix_specs(",".join(meta["arms"])), entry["workers"], tuned or None,
+                      base=base, lr_grid=lr_grid, batch_size=entry["batch_size"]), base
 
 
 def _git(*args) -> str:
@@ -151,6 +159,12 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
                 "batch_size": run_config["batch_size"],
                 "us_per_sample": conditions["us_per_sample"],
                 "max_pushes": sim["max_pushes"]})
+            if not meta.get("tune_seeds"):  # settings chosen elsewhere (--tuned-from)
+                scenario_key = f"{key.rsplit('_sim', 1)[0]}@{sim['num_workers']}"
+                settings = bench["scenarios"].get(scenario_key, {}).get("tuned_settings")
+                entry.setdefault("settings", {f: {k: v.get(k) for k in ("value", "lr",
+                                                                        "momentum")}
+                                              for f, v in (settings or {}).items()})
             arms, _ = _full_arms(meta, entry)
             spec = {a.arm.label: a.spec.text if a.spec else a.family for a in arms}
             new = {}
@@ -235,10 +249,12 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
     runs = lambda label: per_seed([r for r in rows if r["seed"] in reported], label)
     made = sum(r["seed"] in tune for r in rows)
     name, n = entry["scenario"], entry["workers"]
+    tuning = (f"Tuned on seeds {_seeds(tune)} ({made} tuning runs"
+              + (", pruned in two stages: `--tune-stages`" if meta.get("tune_stages") else "")
+              + ")" if tune else "Each rule at the setting its command took (--tuned-from: "
+              "chosen elsewhere, not tuned for this target)")
     lines = [f"### {name}, {n} simulated workers", "",
-             f"Tuned on seeds {_seeds(tune)} ({made} tuning runs"
-             + (", pruned in two stages: `--tune-stages`" if meta.get("tune_stages") else "")
-             + f"); reported on seeds {_seeds(reported)}"
+             tuning + f"; reported on seeds {_seeds(reported)}"
              + (f" (of {_seeds(planned)} planned: the matrix is unfinished)"
                 if set(planned) - set(reported) else "")
              + ". Base learning rate "
@@ -250,7 +266,9 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
         return "\n".join(lines + ["", f"No reported run yet: tuning only (choices so far: "
                                        f"{chosen})."])
     families = [f for f in ORDER if any(a.family == f for a in arms)]
-    bsp_label = choices.get("bsp")
+    chosen = lambda family: choices.get(family) or next(
+        (a.arm.label for a in arms if a.family == family and not a.linear), None)
+    bsp_label = chosen("bsp")
     adaptive = next((a.arm.label for a in arms if a.family == "adaptive"), None)
     for target in targets:
         what = "early target" if target == entry["early"] else "late target"
@@ -260,8 +278,7 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
                   "linear-scaling arm", "its TTA s [interval]", "linear / tuned [interval]"]
         body, intervals = [], []
         for family in families:
-            label = choices.get(family) or next(
-                (a.arm.label for a in arms if a.family == family and not a.linear), None)
+            label = chosen(family)
             mine = runs(label) if label else {}
             if not mine:
                 continue
