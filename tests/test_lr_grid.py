@@ -92,3 +92,24 @@ def test_the_race_tunes_on_its_own_seeds_and_reports_only_the_choices(tmp_path, 
     # Tuning on a reported seed is refused, with the fix.
     assert main(command[:-2] + ["--tune-seeds", "0-1", "--seeds", "2"]) == 2
     assert "share seeds [0, 1]" in capsys.readouterr().err
+
+
+def test_a_pruned_tuning_screens_coarsely_then_refines_around_each_choice():
+    from cluster_sim.cli.arm_grid import coarse_arms, refined_arms
+    arms = bench_arms(["bsp", "kasync"], 8, base=BASE, lr_grid="auto")
+    coarse = [a.arm.label for a in coarse_arms(arms, BASE)]
+    # Factor 4 through the base rate, the base momentum, every parameter value.
+    assert [c for c in coarse if c.startswith("BSP")] == [
+        "BSP @lr=0.005", "BSP @lr=0.02", "BSP @lr=0.08", "BSP @lr=0.32"]
+    assert {c.split(" ")[0] for c in coarse if "KAsync" in c} == {
+        "KAsync(k=2)", "KAsync(k=4)", "KAsync(k=6)"}
+    assert not any("m=" in c or "linear" in c for c in coarse)
+    refined = [a.arm.label for a in refined_arms(
+        arms, {"bsp": "BSP @lr=0.08", "kasync": "KAsync(k=2) @lr=0.02"}, BASE)]
+    assert refined == [
+        "BSP @lr=0.04", "BSP @lr=0.08", "BSP @lr=0.16",
+        # The same effective step rate / (1 - m) at momentum 0.5 and 0.
+        "KAsync(k=2) @lr=0.01", "KAsync(k=2) @lr=0.02", "KAsync(k=2) @lr=0.04",
+        "KAsync(k=2) @lr=0.08 m=0.5",
+        # Beyond K-async 2's grid (to 0.08): its nearest rate.
+        "KAsync(k=2) @lr=0.08 m=0"]

@@ -35,7 +35,8 @@ from ksync.learning_rate import LearningRate
 
 __all__ = ["FAMILIES", "ORDER", "MOMENTA", "BASE_ONLY", "BenchArm", "matrix_specs", "parse_families",
            "pinned_values", "parse_lr_grid", "lr_values", "bench_arms", "oracle_choices",
-           "baseline_label", "grid_edges", "oracle_settings", "tuned_from", "check_arms"]
+           "baseline_label", "grid_edges", "oracle_settings", "tuned_from", "check_arms",
+           "coarse_arms", "refined_arms", "tuned_arms", "tuning_choices"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,6 +243,93 @@ def check_arms(arms, num_workers: int) -> None:
             a.arm.make_policy().rule(num_workers)
         except (ValueError, TypeError) as err:
             raise ValueError(f"arm {a.arm.label} ({a.arm.policy!r}): {err}") from None
+
+
+# ---- pruning the grid (--tune-stages) ----------------------------------------------------
+
+def _log2_ratio(a: float, b: float) -> float:
+    return math.log2(a / b)
+
+
+def coarse_arms(arms, base: LearningRate) -> list:
+    """Stage 1 of a pruned tuning: of each rule's grid (linear-scaling arms aside), every
+    parameter value at the base momentum and the learning rates a factor 4 apart through
+    the base rate (every other rate of the factor-2 grid).
+
+    >>> base = LearningRate(0.02, momentum=0.9)
+    >>> arms = bench_arms(["asp"], 8, base=base, lr_grid="auto")
+    >>> [a.arm.label for a in coarse_arms(arms, base)]
+    ['ASP @lr=0.005', 'ASP @lr=0.02', 'ASP @lr=0.08']
+    """
+    out = []
+    for a in arms:
+        step = a.arm.learning_rate
+        if a.linear or step is None or a.family in BASE_ONLY:
+            continue
+        even = round(_log2_ratio(step.rate, base.rate)) % 2 == 0
+        if even and step.momentum == base.momentum:
+            out.append(a)
+    return out
+
+
+def refined_arms(arms, chosen: dict, base: LearningRate) -> list:
+    """Stage 2: around each rule's stage-1 choice (``chosen[rule]``, a label of
+    ``arms``): at its parameter value, its learning rate and the two a factor 2 either
+    side at the base momentum, and for each other momentum m of the grid the rates
+    within a factor 2 of the same effective step (rate / (1 - m): the rate x (1 - m) /
+    (1 - base momentum)), or the grid's nearest rate when none is that near.
+
+    >>> base = LearningRate(0.02, momentum=0.9)
+    >>> arms = bench_arms(["asp"], 8, base=base, lr_grid="auto")
+    >>> [a.arm.label for a in refined_arms(arms, {"asp": "ASP @lr=0.005"}, base)]
+    ['ASP @lr=0.0025', 'ASP @lr=0.005', 'ASP @lr=0.01', 'ASP @lr=0.02 m=0.5', 'ASP @lr=0.04 m=0.5', 'ASP @lr=0.04 m=0', 'ASP @lr=0.08 m=0']
+    """
+    by_label = {a.arm.label: a for a in arms}
+    out = []
+    for name, label in chosen.items():
+        best = by_label[label]
+        rate = best.arm.learning_rate.rate
+        grid = [a for a in arms if a.family == name and not a.linear
+                and a.arm.learning_rate is not None and a.value == best.value]
+        for momentum in dict.fromkeys(a.arm.learning_rate.momentum for a in grid):
+            centre = rate * (1 - momentum) / (1 - base.momentum)
+            same = [a for a in grid if a.arm.learning_rate.momentum == momentum]
+            near = [a for a in same
+                    if abs(_log2_ratio(a.arm.learning_rate.rate, centre)) <= 1.0 + 1e-9]
+            # None that near (the centre beyond the grid): the grid's nearest rate.
+            out += near or [min(same, key=lambda a: abs(_log2_ratio(a.arm.learning_rate.rate,
+                                                                    centre)))]
+    return [a for a in arms if a in out]  # in the grid's order
+
+
+def tuned_arms(arms) -> list:
+    """The arms a tuning chooses among: each rule's settings, linear-scaling arms
+    aside, for the rules run at more than one."""
+    return [a for a in arms if not a.linear and sum(
+        b.family == a.family and not b.linear for b in arms) > 1]
+
+
+def tuning_choices(results, arms, seeds, base: LearningRate | None = None) -> dict:
+    """Each rule's chosen label among ``arms`` (`tuned_arms`) from the tuning runs
+    ``results`` on ``seeds``: the best over all of them, or with ``base`` (a pruned
+    tuning, ``--tune-stages``) the best of `refined_arms` around each rule's choice
+    among `coarse_arms` on the first seed. What the tables recompute from a store.
+
+    >>> base = LearningRate(0.02, momentum=0.9)
+    >>> arms = bench_arms(["asp"], 8, base=base, lr_grid="auto")
+    >>> runs = [{"policy": "ASP @lr=0.005", "seed": 100, "tta_s": 9.0},
+    ...         {"policy": "ASP @lr=0.02", "seed": 100, "tta_s": 12.0},
+    ...         {"policy": "ASP @lr=0.0025", "seed": 100, "tta_s": 8.0},
+    ...         {"policy": "ASP @lr=0.02", "seed": 101, "tta_s": 1.0}]
+    >>> tuning_choices(runs, arms, [100], base), tuning_choices(runs, arms, [100, 101])
+    ({'asp': 'ASP @lr=0.0025'}, {'asp': 'ASP @lr=0.02'})
+    """
+    chosen = tuned_arms(arms)
+    if base is not None:
+        coarse = coarse_arms(chosen, base)
+        first = [r for r in results if r["seed"] == seeds[0]]
+        chosen = refined_arms(chosen, oracle_choices(first, coarse), base)
+    return oracle_choices([r for r in results if r["seed"] in seeds], chosen)
 
 
 # ---- choosing ---------------------------------------------------------------------------

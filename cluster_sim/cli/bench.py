@@ -1,7 +1,10 @@
-"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling|policies|standing``.
+"""Benchmarks (not tests): ``python -m cluster_sim bench overhead|allocation|ps-scaling|policies|standing|tables``.
 
 ``policies``: every synchronisation rule, each fixed one tuned, on the 8-worker
 benchmark scenarios, real or simulated (`cluster_sim.cli.bench_policies`).
+
+``tables``: the fair race's tables (issue 46) regenerated from a compact store committed
+in the repository (`cluster_sim.cli.bench_tables`).
 
 ``overhead``: a step through ksync beside a stock step, per rule, and where its CPU goes
 (chief, workers, PS; the chief's reads of the PS) (`cluster_sim.cli.overhead`).
@@ -20,7 +23,7 @@ import gc
 import statistics
 import sys
 
-from cluster_sim.cli import bench_policies, overhead, prepare_tensorflow, ps_scaling
+from cluster_sim.cli import bench_policies, bench_tables, overhead, prepare_tensorflow, ps_scaling
 from cluster_sim.report import standing
 
 
@@ -106,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench_policies.add_arguments(sub.add_parser(
         "policies", help="every rule, each fixed one tuned, real or simulated",
         description=bench_policies.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    bench_tables.add_arguments(sub.add_parser(
+        "tables", help="the fair race's tables, regenerated from a committed compact store",
+        description=bench_tables.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     standing.add_arguments(sub.add_parser(
         "standing", help="one rule against the oracle-tuned fixed rules of `policies` runs",
         description=standing.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -113,4 +119,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     return {"overhead": overhead.run, "allocation": allocation, "ps-scaling": ps_scaling.run,
-            "policies": bench_policies.run, "standing": standing.run}[args.bench](args)
+            "policies": bench_policies.run, "standing": standing.run,
+            "tables": bench_tables.run}[args.bench](args)

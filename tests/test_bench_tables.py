@@ -1,0 +1,65 @@
+"""The fair race's tables regenerated from a compact store (issue 46, item 8): a tiny
+pruned race exported and rendered, and the committed page equal to its store's."""
+
+import json
+import pathlib
+
+import pytest
+
+from test_bench_policies import TINY
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "cluster_sim" / "results" / "race_sim8"
+PAGE = ROOT / "docs" / "benchmarks" / "race.md"
+
+
+def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
+    from cluster_sim.__main__ import main
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY)
+    out, store = tmp_path / "race", tmp_path / "store"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--workers", "4", "--arms", "asp,adaptive", "--lr-grid",
+                 "0.05,0.1,0.2", "--tune-seeds", "1", "--tune-stages", "--seeds", "1",
+                 "--max-pushes", "120", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "coarse pass on seed 100" in printed
+    assert main(["bench", "tables", str(store), "--from-runs", str(out)]) == 0
+    page = capsys.readouterr().out
+    rows = [json.loads(line) for line in next(store.glob("*_sim4.jsonl")).read_text().splitlines()]
+    assert {r["seed"] for r in rows} == {0, 100} and all("curve" not in r for r in rows)
+    # The tuning recomputed from the store is the bench's own choice.
+    tuned = json.loads((out / "results.json").read_text())["scenarios"]
+    chosen = next(iter(tuned.values()))["tuned_settings"]["asp"]
+    asp = next(r for r in rows if r["seed"] == 0 and r["spec"].startswith("asp@")
+               and "linear" not in r["spec"])
+    assert asp["spec"] == f"asp@{chosen['lr']:g}" + (
+        f"/{chosen['momentum']:g}" if chosen["momentum"] is not None else "")
+    assert "### tiny, 4 simulated workers" in page and "(base rate, not tuned)" in page
+    assert "ASP @linear=" in page and "Adaptive / rule" in page
+    # Regenerated from the store alone, the same page.
+    assert main(["bench", "tables", str(store)]) == 0
+    assert capsys.readouterr().out == page
+    # Adaptive re-run alone (with BSP, the baseline) replaces its runs on those seeds.
+    again = tmp_path / "again"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--workers", "4", "--arms", "adaptive", "--lr-grid",
+                 "0.05,0.1,0.2", "--tuned-from", str(out), "--seeds", "1",
+                 "--max-pushes", "120", "--out", str(again)]) == 0
+    capsys.readouterr()
+    assert main(["bench", "tables", str(store), "--from-runs", str(out),
+                 "--from-runs", str(again)]) == 0
+    replaced = capsys.readouterr().out
+    assert "replace the first command's" in replaced
+    assert replaced.split("## tiny")[1] == page.split("## tiny")[1]  # the same runs again
+
+
+@pytest.mark.skipif(not (COMMITTED / "meta.json").exists(), reason="no committed store yet")
+def test_the_committed_page_is_its_stores_regenerated():
+    import re
+    from cluster_sim.cli.bench_tables import race_page
+    page = PAGE.read_text()
+    command = re.search(r"`(python -m cluster_sim bench tables [^`]+)`", page).group(1)
+    stores = command.split()[5:]
+    assert race_page(*(ROOT / s for s in stores)) == page, (
+        f"regenerate it: {command} > docs/benchmarks/race.md")
