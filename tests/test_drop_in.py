@@ -139,7 +139,8 @@ def check_bsp_equals_single_process(local, partitioner, steps_per_execution, mak
                          ids=["BSP", "AdaSync"])
 def test_steps_per_execution_keeps_a_synchronous_rule_exact(cluster, policy, record_property):
     """The issue's client: written for the stock strategy, steps_per_execution=5, a
-    batched tf.data.Dataset given to fit, 6 x 50 steps, validation every epoch."""
+    batched tf.data.Dataset given to fit, 6 x 100 steps, validation every epoch (at 6 x 50
+    AdaSync once ended at 0.906, too near the 0.9 a machine must pass)."""
     strategy = KSyncStrategy(cluster.resolver(), policy=policy)
     with strategy.scope():
         model = mlp(DATA.num_features, DATA.num_classes)
@@ -148,12 +149,12 @@ def test_steps_per_execution_keeps_a_synchronous_rule_exact(cluster, policy, rec
                       metrics=["accuracy"], steps_per_execution=5)
     train = tf.data.Dataset.from_tensor_slices((DATA.x_train, DATA.y_train)).shuffle(
         2000, seed=1).repeat().batch(32)
-    history = model.fit(train, epochs=6, steps_per_epoch=50, verbose=0,
+    history = model.fit(train, epochs=6, steps_per_epoch=100, verbose=0,
                         validation_data=DATA.test_dataset(), validation_steps=1)
     t = strategy.telemetry()
-    check_counters(t, 300)
+    check_counters(t, 600)
     assert t["dropped"] == 0 and t["pending"] == 0
-    assert t["staleness_histogram"][0] == 300  # every gradient read the version it joined
+    assert t["staleness_histogram"][0] == 600  # every gradient read the version it joined
     record_property("val_accuracy", history.history["val_accuracy"][-1])
     assert history.history["val_accuracy"][-1] >= 0.9
     assert model.predict(DATA.test_dataset(), steps=1, verbose=0).shape == (
