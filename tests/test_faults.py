@@ -213,7 +213,7 @@ def freeze_script(cluster, marks, after_resume_pushes=60):
 def test_bsp_waits_for_a_frozen_worker_then_resumes(healthy, record_property):
     marks = {}
     strategy, model = build(healthy, ksync.BSP())
-    t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=240))
+    t = train_until(strategy, model, freeze_script(healthy, marks, after_resume_pushes=150))
     marks["signaller"].finish()
     check_accounting(strategy, t)
     assert "early" in marks, "the victim was never seen stopped while the signaller ran"

@@ -14,7 +14,7 @@ from strategies import KSyncStrategy, KSyncTelemetryCallback
 from conftest import NUM_WORKERS
 
 DATA = digits()
-PUSHES = 540
+PUSHES = 450  # accuracy 0.95-0.97 at 540 (recorded), over the 0.90 asserted
 
 
 def fit_digits(cluster, policy, callbacks=(), epochs=2, lr=0.05):
