@@ -467,6 +467,7 @@ def _tune(arms, scenario, run_config, seeds, log, what, staged=False, **matrix) 
     chosen = tuned_arms(arms)
     if not chosen:
         return {}
+    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)  # as run_matrix
     base = scenario_base(scenario) if staged else None
     if staged:
         coarse = coarse_arms(chosen, base)
