@@ -22,6 +22,24 @@ def proc_state(pid):
         return None
 
 
+def processes_with(token):
+    """Pids of live processes whose environment carries ``KSYNC_TEST_RUN=token``: what a
+    test started (its children inherit the variable), and nothing another program on the
+    machine runs."""
+    found = []
+    needle = f"KSYNC_TEST_RUN={token}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0") and proc_state(entry) not in (None, "Z"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 def pytest_configure(config):
     # Before any thread or server starts: keep every TF server of the session reachable
     # from loopback only (TensorFlow binds all interfaces).

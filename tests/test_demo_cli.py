@@ -5,27 +5,26 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
+from conftest import processes_with
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def server_count():
-    out = subprocess.run(["pgrep", "-f", "strategies.server"], capture_output=True, text=True)
-    return len(out.stdout.split())
 
 
 @pytest.mark.cluster
 def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
-    before = server_count()
+    token = uuid.uuid4().hex  # marks the demo's processes (its servers inherit it)
     done = subprocess.run(
         [sys.executable, "-m", "cluster_sim", "demo", "--arms", "bsp", "--seeds", "1",
          "--max-pushes", "60", "--out", str(tmp_path / "demo")],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         # As a user runs it: no log level of the test session's.
-        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+        env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+             "KSYNC_TEST_RUN": token})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "report in" in done.stdout and "BSP" in done.stdout
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
@@ -44,7 +43,8 @@ def test_demo_command_writes_the_report_and_exits_cleanly(tmp_path):
     # The table ends with a verdict computed from the runs (one seed: say so).
     assert "BSP reached the target fastest" in done.stdout or "No rule reached" in done.stdout
     assert "one seed cannot separate the rules" in done.stdout or "No rule" in done.stdout
-    assert server_count() == before  # its cluster is gone
+    # Its cluster is gone (its own processes only: other programs may run servers).
+    assert processes_with(token) == []
 
 
 def test_demo_refuses_unknown_arms_with_the_choices():

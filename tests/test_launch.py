@@ -22,7 +22,7 @@ import pytest
 
 from strategies.launch_control import ChiefWatch, ControlServer, control_address
 from strategies.tf_config import TFConfig
-from conftest import proc_state
+from conftest import processes_with
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = [sys.executable, str(REPO / "examples" / "train_digits.py"), "--policy", "bsp",
@@ -37,22 +37,6 @@ def free_ports(count):
 
 def tf_config(cluster, job, index=0):
     return json.dumps({"cluster": cluster, "task": {"type": job, "index": index}})
-
-
-def processes_with(token):
-    """Pids of live processes whose environment carries ``token``."""
-    found = []
-    needle = f"KSYNC_TEST_RUN={token}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0") and proc_state(entry) not in (None, "Z"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 class Job:
