@@ -27,7 +27,7 @@ LAYERS = [
      "cluster_sim.ctr", "cluster_sim.numpy_ctr"),
     ("cluster_sim.sim", "cluster_sim.harness", "cluster_sim.local_cluster",
      "cluster_sim.slowdown"),
-    ("cluster_sim.cli", "cluster_sim.__main__"),
+    ("cluster_sim.cli", "cluster_sim.__main__", "cluster_sim.results"),
 ]
 APART = [("cluster_sim.sim", "cluster_sim.harness")]  # same layer, no arrow either way
 
