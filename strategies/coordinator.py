@@ -346,6 +346,12 @@ class _GatedClosureQueue:
                     notified = self._changed.wait_for(lambda: self._generation != seen,
                                                       _RECHECK_S)
                 if not notified:
+                    if not self.has_queued():
+                        # No step to let through: nothing to decide, and nothing to
+                        # read. An idle gate polling the PS kept a coordinator nobody
+                        # uses any more calling into the process's cluster.
+                        notified = True  # the next check reads only if a step ended
+                        continue
                     # Nothing finished for a while: a worker may have died, and K may
                     # have to follow the live workers for the round to complete; the
                     # next check reads the PS, whatever the counts guess.

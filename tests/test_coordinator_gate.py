@@ -18,6 +18,7 @@ import pytest
 
 import ksync
 from ksync.state import UpdateState
+from strategies import cluster_guard, coordinator
 from strategies.cluster_guard import ClusterGuard
 from strategies.coordinator import _COUNTED_ROUNDS, KSyncCoordinator, _GatedClosureQueue
 from strategies.ksync_strategy import KSyncStrategy
@@ -108,11 +109,14 @@ class Strategy:
         self._ps_rule = self.controller.rule
         coordinator = object.__new__(KSyncCoordinator)  # no cluster to connect to
         # What the guard uses of TensorFlow's failure handler: its update lock, the
-        # event set while a rebuild of the cluster is due, and its run flag.
+        # event set while a rebuild of the cluster is due, its run flag and the server
+        # def the process's eager context is connected with (this "cluster" is the
+        # process's current one).
         lock = threading.Lock()
         self.failure_handler = types.SimpleNamespace(
             _cluster_update_lock=lock, _cluster_due_for_update_or_finish=threading.Event(),
-            _worker_up_cond=threading.Condition(lock), _should_preemption_thread_run=True)
+            _worker_up_cond=threading.Condition(lock), _should_preemption_thread_run=True,
+            _server_def=cluster_guard.connected_server_def())
         coordinator._cluster = types.SimpleNamespace(
             closure_queue=self.queue, stop=lambda: None,
             failure_handler=self.failure_handler,
@@ -449,3 +453,58 @@ def test_code_that_reaches_into_the_stock_queue_changes_the_stock_queue(chief):
     assert "_inflight_closure_count" not in vars(c.queue)
     c.queue.retried = 5  # the wrapper's own fields stay its own
     assert c.queue.retried == 5 and not hasattr(c.strategy.tf_queue, "retried")
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_worker_waiting_at_the_gate_with_no_step_queued_makes_no_call(chief, monkeypatch):
+    """A worker whose gradient is in the open round waits at the gate. While no step is
+    queued there is nothing to let through: its re-checks neither refresh the rule nor
+    read the PS. A coordinator nobody used any more (an earlier test's, in one process)
+    kept polling this way, and its read crashed the chief while the next cluster was
+    being rebuilt. Once a step is queued, the re-checks refresh and read again."""
+    monkeypatch.setattr(coordinator, "_RECHECK_S", 0.02)
+    c = chief()
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    before = c.queue.reads["gate"]
+    c.take(0)
+    wait_until(lambda: c.queue.reads["gate"] > before)  # the check as its step ended
+    reads = dict(c.queue.reads)
+    time.sleep(0.5)  # some 25 re-checks
+    assert c.queue.reads == reads and not c.taking[0].done()
+    c.schedule(Closure())
+    wait_until(lambda: c.queue.reads["refresh"] > reads["refresh"])
+    assert not c.taking[0].done()  # the round is still open: it waits, reading now
+    c.push_and_finish(1)
+    c.push_and_finish(2)
+    assert c.took(0) is not None and c.ps.ref.version == 1
+
+
+def test_no_call_once_another_strategy_connected_the_process(chief, monkeypatch):
+    """The process's eager context connected to another cluster (a later strategy):
+    this cluster's device names now name that cluster's tasks, rebuilt under that
+    cluster's failure handler. The guard refuses every call, from a coordinator thread
+    and from the user's (telemetry) alike; the gate lets the step go to TensorFlow."""
+    from strategies.cluster_guard import ClusterStopped
+    c = chief()
+    start_round(c, 0, 1, 2)
+    for w in range(N):
+        c.push_and_finish(w)
+    guard, calls = c.strategy.guard, []
+    assert not guard.stopped()
+    monkeypatch.setattr(cluster_guard, "connected_server_def", lambda: object())
+    assert guard.stopped() and guard.superseded()
+    reads = dict(c.queue.reads)
+    with pytest.raises(ClusterStopped):
+        guard.call(calls.append, "gate")
+    with pytest.raises(ClusterStopped):
+        guard.call(calls.append, "telemetry", wait=True)
+    c.queue._refresh(wait=True)
+    assert c.may_start(0) is True
+    assert calls == [] and c.queue.reads == reads
