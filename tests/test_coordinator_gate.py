@@ -508,3 +508,27 @@ def test_no_call_once_another_strategy_connected_the_process(chief, monkeypatch)
     c.queue._refresh(wait=True)
     assert c.may_start(0) is True
     assert calls == [] and c.queue.reads == reads
+
+
+def test_the_queue_does_not_keep_a_dropped_strategy_alive():
+    """TensorFlow's worker threads hold the cluster and so the gated queue; as the stock
+    cluster, the queue must not keep the strategy (and its coordinator, whose
+    destructor stops those threads) alive. Once it is gone, the gate lets steps through
+    to the stock queue and ends its own bookkeeping quietly."""
+    import gc
+    import weakref
+
+    strategy = Strategy(ksync.BSP())
+    gated, stock = strategy.queue, strategy.tf_queue
+    start = Closure()
+    stock._queue.put(start)
+    assert gated.get(tag=0) is start  # through the gate
+    ref = weakref.ref(strategy)
+    del strategy
+    gc.collect()
+    assert ref() is None
+    gated.mark_finished()  # the step ends after its strategy went: no error
+    nxt = Closure()
+    stock._queue.put(nxt)
+    assert gated.get(tag=0) is nxt  # no gate any more
+    coordinator._monitor(weakref.ref(gated))  # returns at once
