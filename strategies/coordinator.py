@@ -84,7 +84,11 @@ class _GatedClosureQueue:
         self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(num_workers)]
         self.retried = 0  # closures put back after a worker failed while running them
         self.reads = {"gate": 0, "refresh": 0}  # the chief's reads of the PS, by purpose
-        self._started = {}  # worker -> (start time, closure) of the step it is running
+        # worker -> (start time, weak reference to the closure) of the step it is running:
+        # weak, as TensorFlow drops a closure once processed (a closure held here, e.g.
+        # one cancelled after its worker failed, would hold its function and through it
+        # the strategy and coordinator, whose destructor stops the threads).
+        self._started = {}
         self._thread_tags = {}  # worker thread id -> worker index
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
@@ -125,7 +129,7 @@ class _GatedClosureQueue:
         # for another worker: the failed attempt is not a step, its time not the worker's.
         tag = self._thread_tags.get(threading.get_ident())
         started = self._started.get(tag)
-        if started is not None and started[1] is closure:
+        if started is not None and started[1]() is closure:
             del self._started[tag]
             with self._changed:
                 self.retried += 1
@@ -154,7 +158,7 @@ class _GatedClosureQueue:
             self.busy_s[tag] += elapsed
             self.steps[tag] += 1
             self.recent[tag].append(elapsed)
-            pushes = self._strategy.pushes_per_call(started[1])
+            pushes = self._pushes_of(started)
             with self._snapshot_lock:
                 if pushes == 1 and self._pushes is not None:
                     self._pushes += 1
@@ -172,8 +176,12 @@ class _GatedClosureQueue:
         a round (several pushes, or pushes not known); a step of one push or none
         comes back to the gate instead."""
         started = self._started.get(worker)
-        return started is not None and \
-            self._strategy.pushes_per_call(started[1]) not in (0, 1)
+        return started is not None and self._pushes_of(started) not in (0, 1)
+
+    def _pushes_of(self, started):
+        """`KSyncStrategy.pushes_per_call` of a running step (None: not known)."""
+        closure = started[1]()  # alive while its worker thread runs it
+        return None if closure is None else self._strategy.pushes_per_call(closure)
 
     def has_queued(self) -> bool:
         """Whether steps are waiting for a worker to take them."""
@@ -366,7 +374,7 @@ class _GatedClosureQueue:
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
                 closure, cc.ResourceClosure):
-            self._started[tag] = (time.monotonic(), closure)
+            self._started[tag] = (time.monotonic(), weakref.ref(closure))
             try:
                 if self._strategy.rule_capped_for_work():
                     # K was lowered because the other workers had no steps left; steps

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -138,6 +139,7 @@ class Chief:
         self.ps = self.strategy._state
         self.threads = [concurrent.futures.ThreadPoolExecutor(1) for _ in range(N)]
         self.taking = [None] * N  # each worker's call of `get` under way
+        self.running = [None] * N  # each worker's step, held as TensorFlow's thread does
 
     def schedule(self, *closures):
         for closure in closures:
@@ -150,6 +152,7 @@ class Chief:
     def took(self, worker, timeout=10):
         closure, self.taking[worker] = self.taking[worker].result(timeout), None
         assert closure is not None
+        self.running[worker] = closure  # held while it runs, as by TensorFlow's thread
         return closure
 
     def push_and_finish(self, worker, version_read=None, finite=True):
@@ -286,7 +289,7 @@ def test_a_round_completed_when_a_worker_died_commits_on_the_next_push(chief):
     c.push_and_finish(1)
     assert not c.may_start(0) and not c.may_start(1)
     # Worker 2 fails: TensorFlow re-queues its step (from its thread) and marks it dead.
-    step = c.queue._started[2][1]
+    step = c.queue._started[2][1]()
     c.threads[2].submit(c.queue.put_back, step).result(10)
     c.strategy.coordinator._cluster.workers[2]._is_dead_with_error = True
     c.refresh()
@@ -353,7 +356,8 @@ def bsp_rounds(c, rounds, nan_at=None):
         assert free, f"round {r}: no worker may start"
         began = {}
         for w in free:
-            c.queue._started[w] = (time.monotonic(), Closure())
+            c.running[w] = Closure()  # held while it runs, as by TensorFlow's thread
+            c.queue._started[w] = (time.monotonic(), weakref.ref(c.running[w]))
             began[w] = c.ps.ref.version
     c.began = began
     return wrong
@@ -532,3 +536,19 @@ def test_the_queue_does_not_keep_a_dropped_strategy_alive():
     stock._queue.put(nxt)
     assert gated.get(tag=0) is nxt  # no gate any more
     coordinator._monitor(weakref.ref(gated))  # returns at once
+
+
+def test_a_step_left_behind_does_not_keep_its_function_alive(chief):
+    """TensorFlow drops a closure once processed (so that a coordinator nobody holds is
+    destroyed and stops its threads); the gate's record of a running step must not
+    keep it either, e.g. a step whose worker failed while the queue was cancelled,
+    which is neither finished nor put back."""
+    import gc
+    c = chief()
+    start_round(c, 0)
+    ref = weakref.ref(c.running[0])
+    assert c.queue.may_wait_in_graph(0) is False  # one push: known while it runs
+    c.running[0] = None
+    gc.collect()
+    assert ref() is None and 0 in c.queue.running_workers()
+    assert c.queue.may_wait_in_graph(0) is True  # its pushes no longer known
