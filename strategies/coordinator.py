@@ -261,6 +261,17 @@ class _GatedClosureQueue:
                                            refreshes, 0)
             return self._snapshot.gate
 
+    def _free_since_read(self, worker) -> bool:
+        """Whether ``worker`` may start, known without reading the PS: the last read
+        found it outside the open round and it has pushed nothing since."""
+        with self._snapshot_lock:
+            snapshot = self._snapshot
+            if snapshot is None or self._pushes is None:
+                return False
+            gate, mine = snapshot.gate, self._last_push[worker]
+            return int(gate["contributed"][worker]) != int(gate["version"]) and \
+                (mine is None or mine[0] <= snapshot.pushes)
+
     def _surely_waits(self, worker) -> bool:
         """Whether ``worker`` must wait, known without reading the PS: its last step
         began after the last read and pushed one gradient, and the pushes since that
@@ -344,9 +355,13 @@ class _GatedClosureQueue:
         try:
             gate = self._gate_snapshot(seen)
         except ClusterRecovering:
-            # TensorFlow is rebuilding the cluster after a worker failure: no read now;
-            # the worker waits and the gate reads once the cluster is whole again.
-            return False
+            # TensorFlow is rebuilding the cluster after a worker failure: no read now.
+            # A worker the last read found free that has pushed nothing since is still
+            # free (only its own push puts it into a round): it goes on, as under the
+            # stock strategy (its steps may push nothing at all, and the rebuild may
+            # wait for a worker restarted only once they are done). Any other waits,
+            # and the gate reads once the cluster is whole again.
+            return self._free_since_read(worker)
         except Exception:  # pylint: disable=broad-except
             # Shutting down, a PS lost or unreachable: let the closure run, so
             # TensorFlow's own failure handling (retry, or report to the user) sees the

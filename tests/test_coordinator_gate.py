@@ -552,3 +552,24 @@ def test_a_step_left_behind_does_not_keep_its_function_alive(chief):
     gc.collect()
     assert ref() is None and 0 in c.queue.running_workers()
     assert c.queue.may_wait_in_graph(0) is True  # its pushes no longer known
+
+
+def test_a_worker_free_at_the_last_read_goes_on_while_tensorflow_rebuilds(chief):
+    """While TensorFlow rebuilds the cluster no read is made; a worker the last read
+    found outside the open round, which has pushed nothing since, is still free and
+    goes on (as under the stock strategy: its steps may push nothing, and the rebuild
+    may wait for a worker its user restarts only once they are done, as in
+    TensorFlow's testAsyncWaitIsNoOp). A worker whose gradient is in the open round
+    waits."""
+    c = chief()
+    start_round(c, 0, 1, 2)
+    for w in range(N):
+        c.push_and_finish(w)  # the round commits
+    assert c.may_start(0) and c.may_start(1)  # a read: both free
+    start_round(c, 0)
+    c.push_and_finish(0)  # worker 0 joins the next round; worker 1 pushed nothing
+    due = c.strategy.failure_handler._cluster_due_for_update_or_finish
+    reads = dict(c.queue.reads)
+    due.set()
+    assert c.may_start(1) is True and c.may_start(0) is False
+    assert c.queue.reads == reads
