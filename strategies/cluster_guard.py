@@ -19,7 +19,18 @@ completes when the restarted worker has pushed into it; a rule that never waits 
 K-async, SSP) goes on with the live workers, as the stock strategy does. A worker that
 freezes without failing (no rebuild) is handled by the rule as before.
 
-The handler's lock, event and run flag are private attributes of TensorFlow's
+The eager context the remote calls go through is one per process, addressed by
+device names (``/job:ps/replica:0/task:0``): once another strategy connected in the
+same process (a later test, a second run in one script), this cluster's names name the
+other cluster's tasks, and that cluster's failure handler rebuilds the context under
+a lock this guard does not hold. So a guard whose cluster is no longer the one the
+context is connected to (`context.get_server_def` is not its handler's server def)
+counts as stopped, and refuses every call, with ``wait`` too: a coordinator left behind
+by an earlier strategy that nobody shut down makes no call into the next one's cluster
+(its gate read crashed the chief in TensorFlow's own fault-tolerance tests, run one
+after another in one process).
+
+The handler's lock, event, run flag and server def are private attributes of TensorFlow's
 `cluster_coordinator` (both handlers, with and without the coordination service, have
 them), tested with the TensorFlow range of `strategies.compat`.
 
@@ -36,6 +47,8 @@ telemetry = guard.call(state.counters, wait=True)   # from the user's thread
 """
 
 import time
+
+from tensorflow.python.eager import context as _context
 
 #: longest a call with ``wait`` waits for the cluster to be whole again.
 RECOVERY_WAIT_S = 600.0
@@ -64,13 +77,23 @@ class ClusterGuard:
         self._handler = cluster.failure_handler
         self._lock = self._handler._cluster_update_lock  # pylint: disable=protected-access
         self._due = self._handler._cluster_due_for_update_or_finish  # pylint: disable=protected-access
+        # What the strategy connected the process's eager context with (both handlers
+        # keep it to rebuild the cluster; TensorFlow sets the context with this object).
+        self._server_def = self._handler._server_def  # pylint: disable=protected-access
         #: calls refused while the cluster was being rebuilt (`ClusterRecovering`).
         self.refused = 0
 
     def stopped(self) -> bool:
-        """Whether failure handling or the closure queue has stopped."""
+        """Whether failure handling or the closure queue has stopped, or the process's
+        eager context is connected to another cluster now (`superseded`)."""
         return not (self._handler._should_preemption_thread_run  # pylint: disable=protected-access
-                    and self._cluster.closure_queue._should_process_closures)  # pylint: disable=protected-access
+                    and self._cluster.closure_queue._should_process_closures  # pylint: disable=protected-access
+                    and not self.superseded())
+
+    def superseded(self) -> bool:
+        """Whether another strategy has connected the process's eager context to its
+        own cluster since this one's: this cluster's device names are not its own."""
+        return connected_server_def() is not self._server_def
 
     def recovering(self) -> bool:
         """Whether a rebuild of the cluster is due or running now."""
@@ -83,13 +106,15 @@ class ClusterGuard:
         raises `ClusterRecovering` while the cluster is being rebuilt, `ClusterStopped`
         once it is shutting down or lost a PS. With ``wait`` (the user's thread): waits
         up to `RECOVERY_WAIT_S` for a rebuild to end, and still calls after the handler
-        stopped (TensorFlow then reports an unreachable server as the error it is)."""
+        stopped (TensorFlow then reports an unreachable server as the error it is),
+        but never once another cluster has replaced this one (`ClusterStopped`)."""
         deadline = time.monotonic() + RECOVERY_WAIT_S
         while True:
             stopped = self.stopped()
-            if stopped and not wait:
-                raise ClusterStopped("the cluster is shutting down or lost a parameter "
-                                     "server; ksync makes no more calls into it")
+            if stopped and (not wait or self.superseded()):
+                raise ClusterStopped("the cluster is shutting down, lost a parameter "
+                                     "server or was replaced by another strategy's; ksync "
+                                     "makes no more calls into it")
             if self._lock.acquire(timeout=_POLL_S if wait else 0):
                 try:
                     # Under the lock: a rebuild neither runs nor starts while fn does.
@@ -106,6 +131,11 @@ class ClusterGuard:
                     f"the cluster has been recovering from a worker failure for over "
                     f"{RECOVERY_WAIT_S:.0f} s; is the failed worker being restarted?")
             time.sleep(_POLL_S)
+
+
+def connected_server_def():
+    """The server def the process's eager context is connected with (None: none)."""
+    return _context.context().get_server_def()
 
 
 __all__ = ["ClusterGuard", "ClusterUnavailable", "ClusterRecovering", "ClusterStopped",

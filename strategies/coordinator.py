@@ -32,7 +32,7 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 from tensorflow.python.framework import errors as tf_errors
 
 from ksync.policies import RECENT_STEPS
-from strategies.cluster_guard import ClusterRecovering, ClusterUnavailable
+from strategies.cluster_guard import ClusterRecovering, ClusterStopped, ClusterUnavailable
 
 #: seconds between re-checks while waiting, in case a notification is missed.
 _RECHECK_S = 0.5
@@ -57,12 +57,26 @@ class _Snapshot(collections.namedtuple(
         return push is not None and push[0] > self.pushes and push[1] >= self.read_end
 
 
+class _StrategyGone(ClusterStopped):
+    """The strategy this queue gates for was dropped by its user."""
+
+
 class _GatedClosureQueue:
-    """Delegates to TensorFlow's closure queue; `get` first waits at the k-sync gate."""
+    """Delegates to TensorFlow's closure queue; `get` first waits at the k-sync gate.
+
+    It holds its strategy weakly, as TensorFlow's cluster does not hold the strategy at
+    all: TensorFlow's worker threads hold the cluster and so this queue, and a strong
+    reference would keep the strategy and its coordinator alive as long as those
+    threads run, while dropping the coordinator is what stops them
+    (`ClusterCoordinator.__del__`). Kept alive, every strategy a process ever made kept
+    its threads, its failure handler and the handler's poller of the coordination
+    service calling into the process's eager context, whichever cluster that was
+    connected to then. Once the strategy is gone the gate lets every step through to
+    the stock queue (which returns None once the coordinator stopped it)."""
 
     def __init__(self, queue, strategy, num_workers):
         self._queue = queue
-        self._strategy = strategy
+        self._strategy_ref = weakref.ref(strategy)
         # Wall time each worker spent executing closures (input, compute, push): the
         # iteration time policies and the batch allocator see, slowdowns included.
         self.busy_s = [0.0] * num_workers
@@ -70,7 +84,11 @@ class _GatedClosureQueue:
         self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(num_workers)]
         self.retried = 0  # closures put back after a worker failed while running them
         self.reads = {"gate": 0, "refresh": 0}  # the chief's reads of the PS, by purpose
-        self._started = {}  # worker -> (start time, closure) of the step it is running
+        # worker -> (start time, weak reference to the closure) of the step it is running:
+        # weak, as TensorFlow drops a closure once processed (a closure held here, e.g.
+        # one cancelled after its worker failed, would hold its function and through it
+        # the strategy and coordinator, whose destructor stops the threads).
+        self._started = {}
         self._thread_tags = {}  # worker thread id -> worker index
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
@@ -85,6 +103,13 @@ class _GatedClosureQueue:
         self._pushes = 0
         # Each worker's last push: (self._pushes after it, when the step of it began).
         self._last_push = [None] * num_workers
+
+    @property
+    def _strategy(self):
+        strategy = self._strategy_ref()
+        if strategy is None:
+            raise _StrategyGone("the strategy was dropped")
+        return strategy
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -104,7 +129,7 @@ class _GatedClosureQueue:
         # for another worker: the failed attempt is not a step, its time not the worker's.
         tag = self._thread_tags.get(threading.get_ident())
         started = self._started.get(tag)
-        if started is not None and started[1] is closure:
+        if started is not None and started[1]() is closure:
             del self._started[tag]
             with self._changed:
                 self.retried += 1
@@ -113,7 +138,10 @@ class _GatedClosureQueue:
     # A worker thread ends a step with one of these, before the step counts as done for
     # `join`: telemetry read after `fit` returns includes every step.
     def mark_finished(self):
-        self._end_step()
+        try:
+            self._end_step()
+        except _StrategyGone:
+            pass
         return self._queue.mark_finished()
 
     def mark_failed(self, e):
@@ -130,7 +158,7 @@ class _GatedClosureQueue:
             self.busy_s[tag] += elapsed
             self.steps[tag] += 1
             self.recent[tag].append(elapsed)
-            pushes = self._strategy.pushes_per_call(started[1])
+            pushes = self._pushes_of(started)
             with self._snapshot_lock:
                 if pushes == 1 and self._pushes is not None:
                     self._pushes += 1
@@ -148,8 +176,12 @@ class _GatedClosureQueue:
         a round (several pushes, or pushes not known); a step of one push or none
         comes back to the gate instead."""
         started = self._started.get(worker)
-        return started is not None and \
-            self._strategy.pushes_per_call(started[1]) not in (0, 1)
+        return started is not None and self._pushes_of(started) not in (0, 1)
+
+    def _pushes_of(self, started):
+        """`KSyncStrategy.pushes_per_call` of a running step (None: not known)."""
+        closure = started[1]()  # alive while its worker thread runs it
+        return None if closure is None else self._strategy.pushes_per_call(closure)
 
     def has_queued(self) -> bool:
         """Whether steps are waiting for a worker to take them."""
@@ -185,6 +217,8 @@ class _GatedClosureQueue:
                 self.reads["refresh"] += 1
             if refreshed and live is not None:
                 self._live = live
+        except _StrategyGone:
+            raise
         except ClusterUnavailable:
             pass  # being rebuilt (a later refresh reads) or shutting down: no call now
         except Exception as e:  # pylint: disable=broad-except
@@ -226,6 +260,17 @@ class _GatedClosureQueue:
                 self._snapshot = _Snapshot(started, pushes, gate, time.monotonic(),
                                            refreshes, 0)
             return self._snapshot.gate
+
+    def _free_since_read(self, worker) -> bool:
+        """Whether ``worker`` may start, known without reading the PS: the last read
+        found it outside the open round and it has pushed nothing since."""
+        with self._snapshot_lock:
+            snapshot = self._snapshot
+            if snapshot is None or self._pushes is None:
+                return False
+            gate, mine = snapshot.gate, self._last_push[worker]
+            return int(gate["contributed"][worker]) != int(gate["version"]) and \
+                (mine is None or mine[0] <= snapshot.pushes)
 
     def _surely_waits(self, worker) -> bool:
         """Whether ``worker`` must wait, known without reading the PS: its last step
@@ -310,9 +355,13 @@ class _GatedClosureQueue:
         try:
             gate = self._gate_snapshot(seen)
         except ClusterRecovering:
-            # TensorFlow is rebuilding the cluster after a worker failure: no read now;
-            # the worker waits and the gate reads once the cluster is whole again.
-            return False
+            # TensorFlow is rebuilding the cluster after a worker failure: no read now.
+            # A worker the last read found free that has pushed nothing since is still
+            # free (only its own push puts it into a round): it goes on, as under the
+            # stock strategy (its steps may push nothing at all, and the rebuild may
+            # wait for a worker restarted only once they are done). Any other waits,
+            # and the gate reads once the cluster is whole again.
+            return self._free_since_read(worker)
         except Exception:  # pylint: disable=broad-except
             # Shutting down, a PS lost or unreachable: let the closure run, so
             # TensorFlow's own failure handling (retry, or report to the user) sees the
@@ -333,32 +382,48 @@ class _GatedClosureQueue:
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
-            self._thread_tags[threading.get_ident()] = tag
-            self._step_finished()
-            notified = True
-            while True:
-                with self._changed:
-                    seen = self._generation
-                if self._may_start(tag, seen, read=not notified):
-                    break
-                with self._changed:
-                    # A step that finished during the check may have opened the gate.
-                    notified = self._changed.wait_for(lambda: self._generation != seen,
-                                                      _RECHECK_S)
-                if not notified:
-                    # Nothing finished for a while: a worker may have died, and K may
-                    # have to follow the live workers for the round to complete; the
-                    # next check reads the PS, whatever the counts guess.
-                    self._refresh()
+            try:
+                self._wait_at_gate(tag)
+            except _StrategyGone:
+                pass  # no gate without a strategy: the stock queue answers
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
                 closure, cc.ResourceClosure):
-            self._started[tag] = (time.monotonic(), closure)
-            if self._strategy.rule_capped_for_work():
-                # K was lowered because the other workers had no steps left; steps
-                # arrive again, so K goes back up before this one pushes.
-                self._refresh(wait=True)
+            self._started[tag] = (time.monotonic(), weakref.ref(closure))
+            try:
+                if self._strategy.rule_capped_for_work():
+                    # K was lowered because the other workers had no steps left; steps
+                    # arrive again, so K goes back up before this one pushes.
+                    self._refresh(wait=True)
+            except _StrategyGone:
+                pass
         return closure
+
+    def _wait_at_gate(self, tag):
+        """Returns once worker ``tag`` may take its next step (`_may_start`)."""
+        self._thread_tags[threading.get_ident()] = tag
+        self._step_finished()
+        notified = True
+        while True:
+            with self._changed:
+                seen = self._generation
+            if self._may_start(tag, seen, read=not notified):
+                break
+            with self._changed:
+                # A step that finished during the check may have opened the gate.
+                notified = self._changed.wait_for(lambda: self._generation != seen,
+                                                  _RECHECK_S)
+            if not notified:
+                if not self.has_queued():
+                    # No step to let through: nothing to decide, and nothing to
+                    # read. An idle gate polling the PS kept a coordinator nobody
+                    # uses any more calling into the process's cluster.
+                    notified = True  # the next check reads only if a step ended
+                    continue
+                # Nothing finished for a while: a worker may have died, and K may
+                # have to follow the live workers for the round to complete; the
+                # next check reads the PS, whatever the counts guess.
+                self._refresh()
 
     def monitor(self):
         """One monitor tick: refresh the rule while steps run (see the module doc)."""
@@ -372,7 +437,10 @@ def _monitor(queue_ref):
         queue = queue_ref()
         if queue is None or not queue._queue._should_process_closures:
             return
-        queue.monitor()
+        try:
+            queue.monitor()
+        except _StrategyGone:
+            return
         del queue
 
 

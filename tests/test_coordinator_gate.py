@@ -12,12 +12,14 @@ import queue
 import threading
 import time
 import types
+import weakref
 
 import numpy as np
 import pytest
 
 import ksync
 from ksync.state import UpdateState
+from strategies import cluster_guard, coordinator
 from strategies.cluster_guard import ClusterGuard
 from strategies.coordinator import _COUNTED_ROUNDS, KSyncCoordinator, _GatedClosureQueue
 from strategies.ksync_strategy import KSyncStrategy
@@ -108,11 +110,14 @@ class Strategy:
         self._ps_rule = self.controller.rule
         coordinator = object.__new__(KSyncCoordinator)  # no cluster to connect to
         # What the guard uses of TensorFlow's failure handler: its update lock, the
-        # event set while a rebuild of the cluster is due, and its run flag.
+        # event set while a rebuild of the cluster is due, its run flag and the server
+        # def the process's eager context is connected with (this "cluster" is the
+        # process's current one).
         lock = threading.Lock()
         self.failure_handler = types.SimpleNamespace(
             _cluster_update_lock=lock, _cluster_due_for_update_or_finish=threading.Event(),
-            _worker_up_cond=threading.Condition(lock), _should_preemption_thread_run=True)
+            _worker_up_cond=threading.Condition(lock), _should_preemption_thread_run=True,
+            _server_def=cluster_guard.connected_server_def())
         coordinator._cluster = types.SimpleNamespace(
             closure_queue=self.queue, stop=lambda: None,
             failure_handler=self.failure_handler,
@@ -134,6 +139,7 @@ class Chief:
         self.ps = self.strategy._state
         self.threads = [concurrent.futures.ThreadPoolExecutor(1) for _ in range(N)]
         self.taking = [None] * N  # each worker's call of `get` under way
+        self.running = [None] * N  # each worker's step, held as TensorFlow's thread does
 
     def schedule(self, *closures):
         for closure in closures:
@@ -146,6 +152,7 @@ class Chief:
     def took(self, worker, timeout=10):
         closure, self.taking[worker] = self.taking[worker].result(timeout), None
         assert closure is not None
+        self.running[worker] = closure  # held while it runs, as by TensorFlow's thread
         return closure
 
     def push_and_finish(self, worker, version_read=None, finite=True):
@@ -282,7 +289,7 @@ def test_a_round_completed_when_a_worker_died_commits_on_the_next_push(chief):
     c.push_and_finish(1)
     assert not c.may_start(0) and not c.may_start(1)
     # Worker 2 fails: TensorFlow re-queues its step (from its thread) and marks it dead.
-    step = c.queue._started[2][1]
+    step = c.queue._started[2][1]()
     c.threads[2].submit(c.queue.put_back, step).result(10)
     c.strategy.coordinator._cluster.workers[2]._is_dead_with_error = True
     c.refresh()
@@ -349,7 +356,8 @@ def bsp_rounds(c, rounds, nan_at=None):
         assert free, f"round {r}: no worker may start"
         began = {}
         for w in free:
-            c.queue._started[w] = (time.monotonic(), Closure())
+            c.running[w] = Closure()  # held while it runs, as by TensorFlow's thread
+            c.queue._started[w] = (time.monotonic(), weakref.ref(c.running[w]))
             began[w] = c.ps.ref.version
     c.began = began
     return wrong
@@ -449,3 +457,119 @@ def test_code_that_reaches_into_the_stock_queue_changes_the_stock_queue(chief):
     assert "_inflight_closure_count" not in vars(c.queue)
     c.queue.retried = 5  # the wrapper's own fields stay its own
     assert c.queue.retried == 5 and not hasattr(c.strategy.tf_queue, "retried")
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_worker_waiting_at_the_gate_with_no_step_queued_makes_no_call(chief, monkeypatch):
+    """A worker whose gradient is in the open round waits at the gate. While no step is
+    queued there is nothing to let through: its re-checks neither refresh the rule nor
+    read the PS. A coordinator nobody used any more (an earlier test's, in one process)
+    kept polling this way, and its read crashed the chief while the next cluster was
+    being rebuilt. Once a step is queued, the re-checks refresh and read again."""
+    monkeypatch.setattr(coordinator, "_RECHECK_S", 0.02)
+    c = chief()
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    before = c.queue.reads["gate"]
+    c.take(0)
+    wait_until(lambda: c.queue.reads["gate"] > before)  # the check as its step ended
+    reads = dict(c.queue.reads)
+    time.sleep(0.5)  # some 25 re-checks
+    assert c.queue.reads == reads and not c.taking[0].done()
+    c.schedule(Closure())
+    wait_until(lambda: c.queue.reads["refresh"] > reads["refresh"])
+    assert not c.taking[0].done()  # the round is still open: it waits, reading now
+    c.push_and_finish(1)
+    c.push_and_finish(2)
+    assert c.took(0) is not None and c.ps.ref.version == 1
+
+
+def test_no_call_once_another_strategy_connected_the_process(chief, monkeypatch):
+    """The process's eager context connected to another cluster (a later strategy):
+    this cluster's device names now name that cluster's tasks, rebuilt under that
+    cluster's failure handler. The guard refuses every call, from a coordinator thread
+    and from the user's (telemetry) alike; the gate lets the step go to TensorFlow."""
+    from strategies.cluster_guard import ClusterStopped
+    c = chief()
+    start_round(c, 0, 1, 2)
+    for w in range(N):
+        c.push_and_finish(w)
+    guard, calls = c.strategy.guard, []
+    assert not guard.stopped()
+    monkeypatch.setattr(cluster_guard, "connected_server_def", lambda: object())
+    assert guard.stopped() and guard.superseded()
+    reads = dict(c.queue.reads)
+    with pytest.raises(ClusterStopped):
+        guard.call(calls.append, "gate")
+    with pytest.raises(ClusterStopped):
+        guard.call(calls.append, "telemetry", wait=True)
+    c.queue._refresh(wait=True)
+    assert c.may_start(0) is True
+    assert calls == [] and c.queue.reads == reads
+
+
+def test_the_queue_does_not_keep_a_dropped_strategy_alive():
+    """TensorFlow's worker threads hold the cluster and so the gated queue; as the stock
+    cluster, the queue must not keep the strategy (and its coordinator, whose
+    destructor stops those threads) alive. Once it is gone, the gate lets steps through
+    to the stock queue and ends its own bookkeeping quietly."""
+    import gc
+    import weakref
+
+    strategy = Strategy(ksync.BSP())
+    gated, stock = strategy.queue, strategy.tf_queue
+    start = Closure()
+    stock._queue.put(start)
+    assert gated.get(tag=0) is start  # through the gate
+    ref = weakref.ref(strategy)
+    del strategy
+    gc.collect()
+    assert ref() is None
+    gated.mark_finished()  # the step ends after its strategy went: no error
+    nxt = Closure()
+    stock._queue.put(nxt)
+    assert gated.get(tag=0) is nxt  # no gate any more
+    coordinator._monitor(weakref.ref(gated))  # returns at once
+
+
+def test_a_step_left_behind_does_not_keep_its_function_alive(chief):
+    """TensorFlow drops a closure once processed (so that a coordinator nobody holds is
+    destroyed and stops its threads); the gate's record of a running step must not
+    keep it either, e.g. a step whose worker failed while the queue was cancelled,
+    which is neither finished nor put back."""
+    import gc
+    c = chief()
+    start_round(c, 0)
+    ref = weakref.ref(c.running[0])
+    assert c.queue.may_wait_in_graph(0) is False  # one push: known while it runs
+    c.running[0] = None
+    gc.collect()
+    assert ref() is None and 0 in c.queue.running_workers()
+    assert c.queue.may_wait_in_graph(0) is True  # its pushes no longer known
+
+
+def test_a_worker_free_at_the_last_read_goes_on_while_tensorflow_rebuilds(chief):
+    """While TensorFlow rebuilds the cluster no read is made; a worker the last read
+    found outside the open round, which has pushed nothing since, is still free and
+    goes on (as under the stock strategy: its steps may push nothing, and the rebuild
+    may wait for a worker its user restarts only once they are done, as in
+    TensorFlow's testAsyncWaitIsNoOp). A worker whose gradient is in the open round
+    waits."""
+    c = chief()
+    start_round(c, 0, 1, 2)
+    for w in range(N):
+        c.push_and_finish(w)  # the round commits
+    assert c.may_start(0) and c.may_start(1)  # a read: both free
+    start_round(c, 0)
+    c.push_and_finish(0)  # worker 0 joins the next round; worker 1 pushed nothing
+    due = c.strategy.failure_handler._cluster_due_for_update_or_finish
+    reads = dict(c.queue.reads)
+    due.set()
+    assert c.may_start(1) is True and c.may_start(0) is False
+    assert c.queue.reads == reads
