@@ -33,7 +33,8 @@ OPTIMIZERS = {
     "RMSprop-global_clipnorm": (lambda: O.RMSprop(0.005, global_clipnorm=1.0),
                                 ksync.BSP()),
     "Adagrad": (lambda: O.Adagrad(0.2), ksync.Adaptive()),
-    "Adadelta": (lambda: O.Adadelta(1.0, epsilon=1e-4), ksync.ASP()),
+    # Adadelta divides by a second moment too: ASP raised its test loss once (CI).
+    "Adadelta": (lambda: O.Adadelta(1.0, epsilon=1e-4), ksync.BSP()),
     "Ftrl": (lambda: O.Ftrl(0.5), ksync.BSP()),
     "Lion-weight_decay": (lambda: O.Lion(0.01, weight_decay=0.01), ksync.ASP()),
     # tf_keras's default epsilon_1=1e-30 stalls this model in one process too.
@@ -53,7 +54,8 @@ def heldout_loss(model):
 BOUND = dict.fromkeys(OPTIMIZERS, 0.85) | {"Ftrl": 0.95}
 
 
-def check_trains(local, name, policy=None, partitioner=None, steps=30):
+def check_trains(local, name, policy=None, partitioner=None, steps=30,
+                 record_property=None):
     """A short fit of `OPTIMIZERS` ``name`` (under its policy, or ``policy``): every
     push counted, ``optimizer.iterations`` counting pushes, the test loss well down."""
     make_optimizer, default_policy = OPTIMIZERS[name]
@@ -69,13 +71,15 @@ def check_trains(local, name, policy=None, partitioner=None, steps=30):
     check_counters(t, steps)
     assert int(model.optimizer.iterations.numpy()) == steps
     after = heldout_loss(model)
+    if record_property:  # the margin to the bound, read with --junitxml
+        record_property("loss_after_over_before", after / before)
     assert after < BOUND[name] * before, (name, policy, before, after)
     return strategy
 
 
 @pytest.mark.parametrize("name", IN_SUITE)
-def test_every_optimizer_trains(cluster, name):
-    check_trains(cluster, name)
+def test_every_optimizer_trains(cluster, name, record_property):
+    check_trains(cluster, name, record_property=record_property)
 
 
 @pytest.mark.parametrize("make_optimizer", [
