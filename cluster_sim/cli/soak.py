@@ -36,17 +36,30 @@ def fault_events(num_workers: int, duration_s: float, every_s: float, pause_s: f
     [('pause', 0, 120.0), ('pause', 1, 240.0), ('kill', 0, 360.0), ('kill', 1, 480.0)]
     >>> [e["action"] for e in fault_events(2, 600, 120, 20, 30, kinds="kill")]
     ['kill', 'kill', 'kill', 'kill']
+
+    Only the faults that run are checked: kills alone need no pause length.
+
+    >>> len(fault_events(2, 600, 20, 30, 6, kinds="kill"))
+    29
+    >>> fault_events(2, 600, 20, 30, 6)
+    Traceback (most recent call last):
+    ...
+    ValueError: a fault every 20 s cannot last 30 s; raise --fault-every-s or shorten --pause-s / --down-s
     """
     if kinds not in ("both", "kill", "pause"):
         raise ValueError(f"--faults must be both, kill or pause, got {kinds!r}")
-    if every_s <= 0 or pause_s <= 0 or down_s <= 0:
-        raise ValueError("--fault-every-s, --pause-s and --down-s must be > 0")
-    if max(pause_s, down_s) >= every_s:
-        raise ValueError(f"a fault every {every_s:g} s cannot last {max(pause_s, down_s):g} s; "
-                         "raise --fault-every-s or shorten --pause-s / --down-s")
+    lengths = {"--pause-s": pause_s, "--down-s": down_s}
+    if kinds != "both":  # only the faults that run are checked and spaced
+        lengths = {k: v for k, v in lengths.items() if (k == "--pause-s") == (kinds == "pause")}
+    if every_s <= 0 or min(lengths.values()) <= 0:
+        raise ValueError(f"--fault-every-s and {' and '.join(lengths)} must be > 0")
+    longest = max(lengths.values())
+    if longest >= every_s:
+        raise ValueError(f"a fault every {every_s:g} s cannot last {longest:g} s; "
+                         f"raise --fault-every-s or shorten {' / '.join(lengths)}")
     events = []
     at = float(every_s)
-    while at + max(pause_s, down_s) < duration_s:
+    while at + longest < duration_s:
         worker = len(events) % num_workers
         pause = (len(events) // num_workers) % 2 == 0 if kinds == "both" else kinds == "pause"
         if pause:
@@ -170,7 +183,8 @@ def run(args) -> int:
         **{label: {"accuracy": accuracy[label],
                    **{k: r[k] for k in ("final_accuracy", "wall_s", "pushed", "applied",
                                         "dropped", "pending", "version", "retried",
-                                        "worker_pushes", "k_history", "fit_errors")}}
+                                        "worker_pushes", "k_history", "fit_errors",
+                                        "lost_logs")}}
            for label, r in results.items()},
     }
     out = pathlib.Path(args.out)
@@ -182,7 +196,8 @@ def run(args) -> int:
               f"evaluations; final {r['final_accuracy']:.4f}), {r['pushed']} pushed = "
               f"{r['applied']} applied + {r['dropped']} dropped + {r['pending']} pending, "
               f"{r['version']} updates, {r['retried']} retried, {r['wall_s']:.0f} s, "
-              f"{len(r['fit_errors'])} fit restarts")
+              f"{len(r['fit_errors'])} fit restarts, {r['lost_logs']} steps' logs lost "
+              "with their worker")
     print(f"faults applied: {len(faults)} ({', '.join(f'{a}@{t:.0f}s:w{w}' for t, w, a in faults)})")
     print(f"accuracy loss {loss * 100:+.2f} points (tolerance {args.tolerance * 100:.1f}); "
           f"counters {'consistent' if ok_counters else 'INCONSISTENT'}; {out / 'soak.json'}")

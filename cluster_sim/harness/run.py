@@ -35,6 +35,7 @@ import collections
 import dataclasses
 import time
 
+import tensorflow as tf
 import tf_keras.callbacks as keras_callbacks
 from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
@@ -43,8 +44,14 @@ from cluster_sim.harness.config import (ARMS, Arm, RunConfig, load_data,  # noqa
 from cluster_sim.harness.player import ScenarioPlayer
 from cluster_sim.report.results import RunResult, curve_tta
 
-#: How often `run_arm` starts `fit` again after a transient TensorFlow input error.
+#: How often `run_arm` starts `fit` again after a transient TensorFlow error, beyond
+#: one for each worker the scenario kills.
 _FIT_RETRIES = 3
+
+#: What reading a finished step's outputs raises when the worker that holds them has
+#: died since (a preemption): the step was applied on the PS; its logs are lost.
+_LOST_OUTPUTS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                 tf.errors.CancelledError)
 
 
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
@@ -100,6 +107,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     stopper = _Stopper(clock, evaluator, config, ahead=2 * n)
     events = ScenarioPlayer(cluster, scenario, clock, slowdown, config.us_per_sample)
     fit_errors = []
+    retries = _FIT_RETRIES + sum(e.action == "kill" for e in scenario.events)
     events.start()
     evaluator.start()
     try:
@@ -110,14 +118,15 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                               shuffle_seed=seed * 100003 + len(fit_errors))),
                           epochs=1, verbose=0, callbacks=[stopper],
                           steps_per_epoch=config.max_pushes - strategy.telemetry()["pushed"])
-            except ClosureInputError as err:
-                # Seen once in a 30-minute soak: TensorFlow failed to rebuild a restarted
-                # worker's input pipeline ('ContextSwitch' object has no attribute
-                # 'is_ref'). Pushes are atomic on the PS, so a new fit carries on; a run
-                # that keeps failing is not retried.
+            except (ClosureInputError, *_LOST_OUTPUTS) as err:
+                # Both seen in soaks. TensorFlow failed to rebuild a restarted worker's
+                # input pipeline ('ContextSwitch' object has no attribute 'is_ref'); or
+                # `fit`, at the epoch's end, read the last step's logs from a worker
+                # killed since (as under the stock strategy). Pushes are atomic on the
+                # PS, so a new fit carries on; a run that keeps failing is not retried.
                 clock.stop()
                 fit_errors.append(f"{type(err).__name__}: {err}"[:500])
-                if len(fit_errors) > _FIT_RETRIES:
+                if len(fit_errors) > retries:
                     raise
     finally:
         clock.stop()
@@ -140,6 +149,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     result = _result(arm, seed, strategy.telemetry(), curve, goal, sizes, events.applied,
                      fit_errors)
     result["evaluator"] = dict(evaluator.costs(), check=check)
+    result["lost_logs"] = stopper.lost_logs
     # Its coordinator's threads would outlive the run and, once the cluster is gone,
     # report every failed attempt to reach it.
     strategy.shutdown()
@@ -241,6 +251,7 @@ class _Stopper(keras_callbacks.Callback):
         self.ahead = ahead
         self._scheduled = collections.deque()
         self.done = False
+        self.lost_logs = 0  # steps whose logs died with their worker
 
     def on_train_begin(self, logs=None):
         self.clock.start()
@@ -254,7 +265,10 @@ class _Stopper(keras_callbacks.Callback):
         if fetch is not None:
             self._scheduled.append(fetch)
             if len(self._scheduled) > self.ahead:
-                self._scheduled.popleft()()
+                try:
+                    self._scheduled.popleft()()
+                except _LOST_OUTPUTS:
+                    self.lost_logs += 1  # finished on a worker preempted since
         self.done = self.evaluator.done or self.clock() >= self.config.time_budget_s
         if self.done:
             self.model.stop_training = True
