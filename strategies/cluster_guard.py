@@ -46,9 +46,13 @@ telemetry = guard.call(state.counters, wait=True)   # from the user's thread
 ```
 """
 
+import logging
 import time
 
 from tensorflow.python.eager import context as _context
+from tensorflow.python.framework import errors as _errors
+
+_log = logging.getLogger(__name__)
 
 #: longest a call with ``wait`` waits for the cluster to be whole again.
 RECOVERY_WAIT_S = 600.0
@@ -82,6 +86,38 @@ class ClusterGuard:
         self._server_def = self._handler._server_def  # pylint: disable=protected-access
         #: calls refused while the cluster was being rebuilt (`ClusterRecovering`).
         self.refused = 0
+        #: rebuilds asked for after the coordination service went away (`_poll_states`).
+        self.rebuilds_asked = 0
+        poller = getattr(self._handler, "_task_state_poller_thread", None)
+        if poller is not None:  # the handler under the coordination service
+            self._poll = poller.function
+            poller.function = self._poll_states
+
+    def _poll_states(self, *args):
+        """The coordination-service handler's task-state poll, which asks for another
+        rebuild when the service is gone.
+
+        A rebuild that fails part way (a worker killed again, or not yet listening,
+        while `update_server_def` runs) leaves the chief's coordination service agent
+        down, and TensorFlow 2.21 then raises ``FailedPreconditionError: Coordination
+        service is not enabled`` from every poll, where its handler expects an
+        ``InternalError``. The stock handler lets the poll die each time: the task
+        states stay as they were, no rebuild is asked for, and training waits forever
+        (seen in a kill soak under BSP after 9,972 pushes). A new rebuild brings the
+        service back; while a worker is still down it fails, and the next poll asks
+        again, every few seconds, as TensorFlow retries a rebuild itself."""
+        try:
+            self._poll(*args)
+        except _errors.FailedPreconditionError as err:
+            if "coordination service is not enabled" not in str(err).lower():
+                raise
+            if not self._handler._should_preemption_thread_run:  # pylint: disable=protected-access
+                return
+            if not self.rebuilds_asked:
+                _log.warning("ksync: the coordination service is down after a cluster "
+                             "rebuild failed part way; asking TensorFlow to rebuild again")
+            self.rebuilds_asked += 1
+            self._due.set()
 
     def stopped(self) -> bool:
         """Whether failure handling or the closure queue has stopped, or the process's

@@ -573,3 +573,35 @@ def test_a_worker_free_at_the_last_read_goes_on_while_tensorflow_rebuilds(chief)
     due.set()
     assert c.may_start(1) is True and c.may_start(0) is False
     assert c.queue.reads == reads
+
+
+def test_a_lost_coordination_service_asks_for_another_rebuild():
+    """After a rebuild that failed part way, TensorFlow 2.21's task-state poll raises
+    FailedPreconditionError ("Coordination service is not enabled") on every tick: the
+    guard turns each into a request for a new rebuild; other poll errors stay errors."""
+    from tensorflow.python.framework import errors
+    lock = threading.Lock()
+    raised = []
+
+    def poll():
+        raise raised.pop(0)
+
+    handler = types.SimpleNamespace(
+        _cluster_update_lock=lock, _cluster_due_for_update_or_finish=threading.Event(),
+        _should_preemption_thread_run=True, _server_def=cluster_guard.connected_server_def(),
+        _task_state_poller_thread=types.SimpleNamespace(function=poll))
+    guard = ClusterGuard(types.SimpleNamespace(failure_handler=handler))
+    tick = handler._task_state_poller_thread.function  # what TensorFlow's timer calls now
+    raised.append(errors.FailedPreconditionError(None, None,
+                                                 "Coordination service is not enabled."))
+    tick()
+    assert handler._cluster_due_for_update_or_finish.is_set() and guard.rebuilds_asked == 1
+    handler._cluster_due_for_update_or_finish.clear()
+    raised.append(errors.FailedPreconditionError(None, None, "something else"))
+    with pytest.raises(errors.FailedPreconditionError, match="something else"):
+        tick()
+    handler._should_preemption_thread_run = False  # stopped: nothing to rebuild
+    raised.append(errors.FailedPreconditionError(None, None,
+                                                 "Coordination service is not enabled."))
+    tick()
+    assert not handler._cluster_due_for_update_or_finish.is_set()
