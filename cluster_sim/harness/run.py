@@ -49,9 +49,25 @@ from cluster_sim.report.results import RunResult, curve_tta
 _FIT_RETRIES = 3
 
 #: What reading a finished step's outputs raises when the worker that holds them has
-#: died since (a preemption): the step was applied on the PS; its logs are lost.
+#: died since (a preemption) or TensorFlow rebuilt the cluster: the step was applied on
+#: the PS; its logs are lost. InvalidArgumentError only with `_LOST_HANDLE`'s text.
 _LOST_OUTPUTS = (tf.errors.UnavailableError, tf.errors.AbortedError,
-                 tf.errors.CancelledError)
+                 tf.errors.CancelledError, tf.errors.InvalidArgumentError)
+_LOST_HANDLE = ("Unable to find the relevant tensor remote_handle", "unknown device")
+
+
+def lost_outputs(err) -> bool:
+    """Whether ``err``, raised reading a finished step's outputs, says they are gone.
+
+    >>> lost_outputs(tf.errors.InvalidArgumentError(None, None, "Unable to find the "
+    ...              "relevant tensor remote_handle: Op ID: 1, Output num: 0"))
+    True
+    >>> lost_outputs(tf.errors.InvalidArgumentError(None, None, "logits and labels"))
+    False
+    """
+    if isinstance(err, tf.errors.InvalidArgumentError):
+        return any(text in str(err) for text in _LOST_HANDLE)
+    return isinstance(err, _LOST_OUTPUTS)
 
 
 def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
@@ -119,10 +135,12 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                           epochs=1, verbose=0, callbacks=[stopper],
                           steps_per_epoch=config.max_pushes - strategy.telemetry()["pushed"])
             except (ClosureInputError, *_LOST_OUTPUTS) as err:
+                if not isinstance(err, ClosureInputError) and not lost_outputs(err):
+                    raise
                 # Both seen in soaks. TensorFlow failed to rebuild a restarted worker's
                 # input pipeline ('ContextSwitch' object has no attribute 'is_ref'); or
                 # `fit`, at the epoch's end, read the last step's logs from a worker
-                # killed since (as under the stock strategy). Pushes are atomic on the
+                # killed or reconnected since (as under the stock strategy). Pushes are atomic on the
                 # PS, so a new fit carries on; a run that keeps failing is not retried.
                 clock.stop()
                 fit_errors.append(f"{type(err).__name__}: {err}"[:500])
@@ -267,7 +285,9 @@ class _Stopper(keras_callbacks.Callback):
             if len(self._scheduled) > self.ahead:
                 try:
                     self._scheduled.popleft()()
-                except _LOST_OUTPUTS:
+                except _LOST_OUTPUTS as err:
+                    if not lost_outputs(err):
+                        raise
                     self.lost_logs += 1  # finished on a worker preempted since
         self.done = self.evaluator.done or self.clock() >= self.config.time_budget_s
         if self.done:
