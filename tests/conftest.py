@@ -10,6 +10,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
+#: an executable run outside pytest (it reads its settings from the environment at
+#: import): `tests/upstream_runner.py`.
+collect_ignore = ["upstream_runner.py"]
+
 NUM_WORKERS = 3
 
 
