@@ -206,3 +206,22 @@ def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
     assert "lr scaling adascale: gain" in strategy.explain()
     bsp = KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
     assert bsp.lr_scaling is None and bsp.controller.lr_scaling is None
+
+
+def test_an_update_not_made_by_a_keras_optimizer_is_refused_under_scaling():
+    """A custom update (``strategy.extended.update(var, fn, ...)`` with the user's own
+    ``fn``) has no learning rate the commit could scale: a clear error, and the way
+    out. The optimizer families: SGD by ``r``, the others by ``sqrt(r)``."""
+    import tf_keras as keras
+    from strategies.lr_scope import check_scalable, family
+
+    def my_update(var, grad):
+        return var.assign_sub(0.1 * grad)
+
+    with pytest.raises(ValueError, match=r"not made by one \('.*my_update'\).*"
+                                         r"lr_scaling=None"):
+        check_scalable(my_update, "adascale")
+    O = keras.optimizers
+    assert [family(o) for o in (O.SGD(0.1, momentum=0.9), O.legacy.SGD(0.1), O.Adam(),
+                                O.Lion(), O.legacy.RMSprop())] == \
+        ["sgd", "sgd", "adam", "adam", "adam"]
