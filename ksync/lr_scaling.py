@@ -109,6 +109,10 @@ def resolve(setting, policy) -> str | None:
     >>> resolve(AUTO, ksync.Adaptive()), resolve(AUTO, ksync.BSP()), resolve("linear", ksync.BSP())
     ('adascale', None, 'linear')
     """
+    if setting != AUTO and setting is not None and setting not in MODES:
+        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: 'adascale' for "
+                         f"ksync.Adaptive, None for the fixed rules), one of {MODES}, or "
+                         f"None (no scaling), got {setting!r}.")
     mode = getattr(policy, "lr_scaling", None) if setting == AUTO else setting
     check(mode)
     return mode
@@ -163,18 +167,20 @@ def gain(mode, scale_: float, noise_scale: float | None = None,
     return 1.0 if noise_scale is None else adascale_gain(s, noise_scale, base_batch)
 
 
-def optimizer_gain(r: float, family: str = "sgd") -> float:
+def optimizer_gain(r, family: str = "sgd", sqrt=math.sqrt):
     """The factor of the optimizer's learning rate for a gain ``r`` (module docstring's
     table): ``r`` for "sgd" (with or without momentum), ``sqrt(r)`` for "adam"
-    (Adam-like optimizers, normalised by the gradient's scale).
+    (Adam-like optimizers, normalised by the gradient's scale). ``sqrt`` is
+    ``math.sqrt`` for numbers; the PS passes ``tf.sqrt`` for its gain tensor, so both
+    follow the one table.
 
     >>> optimizer_gain(4.0, "sgd"), optimizer_gain(4.0, "adam")
     (4.0, 2.0)
     """
     if family == "sgd":
-        return float(r)
+        return r
     if family == "adam":
-        return math.sqrt(r)
+        return sqrt(r)
     raise ValueError(f"optimizer family must be 'sgd' or 'adam', got {family!r}.")
 
 

@@ -27,6 +27,7 @@ from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 from tensorflow.python.ops import resource_variable_ops
 
 from ksync.rule import Rule
+from ksync.tf_lr_scaling import SLOTS as LR_SLOTS, PSLRScaling, committing
 
 #: staleness histogram bins: 0 .. STALENESS_BINS - 2, and one bin for anything larger.
 STALENESS_BINS = 17
@@ -159,7 +160,12 @@ class PSUpdateState:
     ```
     """
 
-    def __init__(self, num_workers: int, rule: Rule, device: str):
+    def __init__(self, num_workers: int, rule: Rule, device: str, lr_scaling=None,
+                 base_batch=None):
+        """``lr_scaling``: "adascale", "linear", "sqrt" or None (`ksync.lr_scaling`):
+        each commit's gain, computed here (`ksync.tf_lr_scaling`) and given to the
+        commit's updates (`ksync.tf_lr_scaling.commit_gain`); ``base_batch``: the samples
+        the learning rate is meant for (None: the first accepted push's)."""
         self.num_workers = num_workers
         self.device = device
         self._accumulators = {}
@@ -182,9 +188,14 @@ class PSUpdateState:
             self.noise_round = var(tf.zeros([3], tf.float64), "noise_round")
             self.noise_sums = var(tf.zeros([2], tf.float64), "noise_sums")
             self.critical_section = tf.CriticalSection(name="ksync_push")
+        #: the learning-rate scaling's state (None: the run does not scale).
+        self.lr_scaling = (None if lr_scaling is None else
+                           PSLRScaling(lr_scaling, base_batch, device))
         # A direct push under such a rule decides from the push alone (accept what is
-        # finite), so nothing needs serialising (`push`).
-        self._lock_free = rule.max_staleness is None and not rule.staleness_scaling
+        # finite), so nothing needs serialising (`push`); a scaled one needs the base
+        # batch and the staleness of its gain.
+        self._lock_free = (rule.max_staleness is None and not rule.staleness_scaling
+                           and self.lr_scaling is None)
 
     def read_version(self):
         """The current version as a tensor, read and kept on the rule task."""
@@ -202,13 +213,17 @@ class PSUpdateState:
         ints, floats = packed[:sizes[-1]].astype(np.int64), packed[sizes[-1]:]
         counters, rule, contributed, hist = np.split(ints, sizes[:-1])
         hist = hist.reshape(w, STALENESS_BINS)
+        lr = None
+        if self.lr_scaling is not None:
+            floats, lr = floats[:-len(LR_SLOTS)], floats[-len(LR_SLOTS):]
         floats, noise = floats[:-2], floats[-2:]
         sums, last = np.split(floats.reshape(w, -1), [len(WORKER_SUMS)], axis=1)
         out = dict(zip(COUNTERS, (int(x) for x in counters)))
         out.update(k=int(rule[_K]), wait=bool(rule[_WAIT]), max_staleness=int(rule[_MAX_S]),
                    downweight=bool(rule[_DOWNWEIGHT]),
                    staleness_scaling=bool(rule[_SCALING]), contributed=contributed,
-                   staleness_hist=hist, noise_sums=noise)
+                   staleness_hist=hist, noise_sums=noise,
+                   lr_scaling=None if lr is None else dict(zip(LR_SLOTS, map(float, lr))))
         out.update({name: sums[:, i] for i, name in enumerate(WORKER_SUMS)})
         out.update({name: last[:, i] for i, name in enumerate(WORKER_LAST)})
         for name in ("worker_pushes", "worker_dropped"):
@@ -225,7 +240,9 @@ class PSUpdateState:
                           tf.reshape(self.staleness_hist.read_value(), [-1])], axis=0)
         floats = tf.concat([tf.reshape(tf.concat([self.worker_sums.read_value(),
                                                   self.worker_last.read_value()], axis=1),
-                                       [-1]), self.noise_sums.read_value()], axis=0)
+                                       [-1]), self.noise_sums.read_value()]
+                           + ([] if self.lr_scaling is None
+                              else [self.lr_scaling.variable.read_value()]), axis=0)
         # One tensor: each fetch is one more message. The counts are exact in float64
         # below 2^53.
         return tf.concat([tf.cast(ints, tf.float64), floats], axis=0)
@@ -309,9 +326,10 @@ class PSUpdateState:
                         shard, exclusive_resource_access=False))
         return done
 
-    def _apply_round(self, updates, accumulators, total, extras):
+    def _apply_round(self, updates, accumulators, total, extras, gain=None):
         """Ops making the round's update: every variable's aggregate divided by
-        ``total`` samples, between the step's ``extras`` (`_around_extras`)."""
+        ``total`` samples, between the step's ``extras`` (`_around_extras`), traced
+        with the commit's learning-rate ``gain`` (`ksync.tf_lr_scaling.commit_gain`)."""
         def work(indices):
             applied = _created_by(lambda: [
                 updates[i][0](updates[i][1], accumulators[i].read_value() /
@@ -319,7 +337,8 @@ class PSUpdateState:
             with tf.control_dependencies(applied):
                 return [accumulators[i].assign(tf.zeros_like(accumulators[i]))
                         for i in indices]
-        return self._around_extras(updates, work, extras)
+        with committing(gain):
+            return self._around_extras(updates, work, extras)
 
     def _around_extras(self, updates, apply, extras, locked=True, condition=None):
         """``apply(indices)`` on the shards of ``updates`` (`_on_shards`), after the
@@ -414,6 +433,11 @@ class PSUpdateState:
                 commit_i = tf.cast(commit, tf.int64)
                 total = self.pending_samples.read_value() + \
                     tf.cast(accepted, tf.float32) * samples
+                scaling = self.lr_scaling
+                if scaling is not None:  # the gain this push's commit would apply
+                    lr_values = scaling.variable.read_value()
+                    decision = scaling.decide(lr_values, accepted, samples, staleness)
+                gain = None if scaling is None else decision.gain
 
             if direct:
                 shard_ops = []  # applied after the lock is released, below
@@ -441,21 +465,27 @@ class PSUpdateState:
                 added = self._on_shards([v for _, v, _ in updates], add, values=True)
                 with tf.control_dependencies(added):
                     shard_ops = [tf.cond(commit, lambda: tf.group(self._apply_round(
-                        updates, accumulators, total, extras)), tf.no_op)]
+                        updates, accumulators, total, extras, gain)), tf.no_op)]
 
             with tf.device(self.device), tf.control_dependencies(shard_ops):
                 applied_now = commit_i * in_round
                 delta = _counter_delta(commit_i, accepted_i, applied_now, finite)
                 bookkeeping = [self.counter_vec.assign_add(delta)] + self._worker_telemetry(
                     worker, accepted, version, staleness, samples, iteration_time)
+                estimate = valid = None
                 if not direct:
                     bookkeeping.append(self.pending_samples.assign(
                         tf.where(commit, 0.0, total)))
-                    bookkeeping += self._noise_bookkeeping(
+                    noise, estimate, valid = self._noise_bookkeeping(
                         accepted, commit, sq_norm, samples, total, tf.add_n(added))
+                    bookkeeping += noise
+                if scaling is not None:
+                    bookkeeping.append(scaling.record(lr_values, decision, commit,
+                                                      estimate, valid))
                 with tf.control_dependencies(bookkeeping):
                     if direct:
-                        return self.counter_vec[_V], commit, weight
+                        return (self.counter_vec[_V], commit, weight) + (
+                            () if gain is None else (gain,))
                     return self.counter_vec[_V]
 
         # On the rule task too: the section's result copies and the lock's release, so
@@ -469,23 +499,25 @@ class PSUpdateState:
         # other workers' updates, as the stock strategy applies them. The version may
         # so count an update a moment before every shard shows it: staleness is charged
         # from the version, never under-counted.
-        version, commit, weight = decided
-        with tf.control_dependencies(self._apply_unlocked(updates, commit, weight,
-                                                          extras)), \
-                tf.device(self.device):
+        version, commit, weight = decided[:3]
+        with tf.control_dependencies(self._apply_unlocked(
+                updates, commit, weight, extras, *decided[3:])), tf.device(self.device):
             return tf.identity(version)
 
-    def _apply_unlocked(self, updates, condition, weight=None, extras=NO_EXTRAS):
+    def _apply_unlocked(self, updates, condition, weight=None, extras=NO_EXTRAS,
+                        gain=None):
         """Ops applying each gradient (times ``weight``) to its variable on its own task
         if ``condition``, outside any lock, as the stock strategy applies updates; the
-        ``extras`` around them, once (the push is an update of its own)."""
+        ``extras`` around them, once (the push is an update of its own); traced with
+        the learning-rate ``gain`` (`ksync.tf_lr_scaling.commit_gain`)."""
         def apply(indices):
             return tf.cond(condition, lambda: tf.group(_created_by(lambda: [
                 updates[i][0](updates[i][1], updates[i][2] if weight is None
                               else _scale(updates[i][2], weight))
                 for i in indices])), tf.no_op)
-        return self._around_extras(updates, apply, extras, locked=False,
-                                   condition=condition)
+        with committing(gain):
+            return self._around_extras(updates, apply, extras, locked=False,
+                                       condition=condition)
 
     def _meta_carrier(self, updates, grads):
         """Index of the smallest dense floating-point gradient of a variable on the rule
@@ -549,7 +581,8 @@ class PSUpdateState:
     def _noise_bookkeeping(self, accepted, commit, sq_norm, samples, total, agg_sq):
         """Ops adding an accepted gradient to the open round's noise statistics and, at
         a commit, the round's (|G|^2, tr(S)) estimate to the sums (`ksync.noise.estimate`,
-        on the round's aggregate of squared norm ``agg_sq`` over ``total`` samples)."""
+        on the round's aggregate of squared norm ``agg_sq`` over ``total`` samples);
+        returns them, the estimate and whether it counts."""
         one = tf.where(accepted, tf.stack([tf.constant(1.0, tf.float64), sq_norm,
                                            1.0 / tf.cast(samples, tf.float64)]),
                        tf.zeros([3], tf.float64))
@@ -565,7 +598,8 @@ class PSUpdateState:
         valid = tf.logical_and(valid, tf.reduce_all(tf.math.is_finite(estimate)))
         return [self.noise_sums.assign_add(tf.where(valid, estimate, tf.zeros([2], tf.float64))),
                 self.noise_round.assign(tf.where(commit, tf.zeros([3], tf.float64),
-                                                 tf.stack([count, sq_sum, inv_sum])))]
+                                                 tf.stack([count, sq_sum, inv_sum])))], \
+            estimate, valid
 
     def commit_complete_round(self, updates, extras=NO_EXTRAS):
         """Commit the current round if it already holds K gradients (K was lowered
@@ -580,10 +614,15 @@ class PSUpdateState:
                 pending = counters[_PENDING]
                 commit = tf.logical_and(pending > 0, pending >= self.rule_vec[_K])
                 total = self.pending_samples.read_value()
+                scaling = self.lr_scaling
+                if scaling is not None:
+                    lr_values = scaling.variable.read_value()
+                    decision = scaling.pending(lr_values)
 
             def apply():
+                gain = None if scaling is None else decision.gain
                 with tf.control_dependencies(self._apply_round(updates, accumulators, total,
-                                                               extras)):
+                                                               extras, gain)):
                     with tf.device(self.device):
                         # A round completed by a lowered K gives no noise estimate.
                         return tf.group(
@@ -592,7 +631,9 @@ class PSUpdateState:
                                 tf.constant(0, tf.int64), tf.constant(0, tf.int64),
                                 -pending])),
                             self.pending_samples.assign(0.0),
-                            self.noise_round.assign(tf.zeros([3], tf.float64)))
+                            self.noise_round.assign(tf.zeros([3], tf.float64)),
+                            *([] if scaling is None else [scaling.record(
+                                lr_values, decision, tf.constant(True))]))
 
             with tf.control_dependencies([tf.cond(commit, apply, tf.no_op)]):
                 return tf.identity(commit)

@@ -14,6 +14,11 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
     strategy, but under K-sync, BSP or backup workers K pushes make one update, so an
     epoch makes fewer updates than it has steps (under ASP as many).
 
+    With learning-rate scaling (``KSyncStrategy(lr_scaling=...)``, on by default under
+    `ksync.Adaptive`): ``ksync_lr_gain``, the last commit's gain; ``ksync_learning_rate``,
+    the optimizer's rate that commit applied; ``ksync_progress``, the base steps the
+    updates so far are worth (the gains' sum).
+
     Example:
 
     ```python
@@ -48,6 +53,10 @@ class KSyncTelemetryCallback(keras.callbacks.Callback):
             scalars["ksync_pushes_per_epoch"] = t["pushed"] - self._epoch_start[0]
             scalars["ksync_updates_per_epoch"] = t["version"] - self._epoch_start[1]
         scalars["ksync_staleness_p95"] = t["staleness_p95"] or 0
+        lr = t.get("lr_scaling") or {}
+        for key in ("gain", "progress", "learning_rate"):
+            if lr.get(key) is not None:
+                scalars[f"ksync_{'lr_gain' if key == 'gain' else key}"] = lr[key]
         for w, stats in enumerate(t["workers"]):
             for key in ("samples_per_s", "step_time", "batch_size"):
                 if stats[key] is not None:

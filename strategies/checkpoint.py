@@ -139,8 +139,8 @@ class KSyncCheckpoint:
                 raise ValueError(
                     f"checkpoint {path} cannot be restored into this model and strategy "
                     f"({type(err).__name__}: {err}). Build the same model, optimizer, "
-                    "policy and batch allocation as the run that wrote it, or start afresh "
-                    f"in another directory than {self.directory}.") from err
+                    "policy, lr_scaling and batch allocation as the run that wrote it, or "
+                    f"start afresh in another directory than {self.directory}.") from err
             strategy.controller.set_state(side)  # the rule's PS copy was restored above
             strategy.rule_restored()
             if schedule is not None:

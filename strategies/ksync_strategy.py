@@ -63,12 +63,16 @@ from tensorflow.python.distribute.sharded_variable import ShardedVariable
 from tensorflow.python.ops import control_flow_v2_func_graphs, resource_variable_ops
 
 import ksync
+from ksync import lr_scaling as lr_scaling_rules
+from ksync.tf_lr_scaling import describe as describe_lr_scaling
 from ksync.tf_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
 from strategies.allocation import BatchAllocation
 from strategies.cluster_guard import ClusterGuard
 from strategies.compat import check_tensorflow_version
 from strategies.coordinator import KSyncCoordinator
+from strategies.lr_scope import (check_scalable, current_learning_rate, family,
+                                 optimizer_of, scaled_update)
 from strategies.telemetry import build_telemetry
 
 check_tensorflow_version()
@@ -113,17 +117,26 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
             raise NotImplementedError(_CONDITIONAL_UPDATE.format(name=var.name))
         args = self._select_single_value(args)
         base, kwargs = super()._update, kwargs or {}
+        # With learning-rate scaling, each update is traced in the commit with its
+        # optimizer's rate times the commit's gain (`strategies.lr_scope`).
+        scaling = self._container_strategy().lr_scaling
+        scaled = (lambda update: update) if scaling is None else \
+            (lambda update: scaled_update(update, fn))
         if len(args) == 1 and not _is_variable(args[0]):
             if not step.updates:
                 self._check_optimizer(fn)
+                if scaling is not None:
+                    check_scalable(fn, scaling)
+                    self._container_strategy()._lr_optimizer = weakref.ref(optimizer_of(fn))
             # A sparse gradient (an Embedding's) stays sparse: on the wire, in the
             # round's aggregate and in the optimizer's update.
-            step.updates.append((lambda v, g: base(v, fn, (g,), kwargs, True),
+            step.updates.append((scaled(lambda v, g: base(v, fn, (g,), kwargs, True)),
                                  self._unwrap(var), args[0]))
         else:
             # Variables as arguments are read on the PS when the update runs.
             extras = step.extras.after if step.updates else step.extras.before
-            extras.append((lambda v: base(v, fn, args, kwargs, True), self._unwrap(var)))
+            extras.append((scaled(lambda v: base(v, fn, args, kwargs, True)),
+                           self._unwrap(var)))
         no_op = tf.no_op()
         return no_op if group else (no_op,)
 
@@ -212,6 +225,17 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         fastest worker's time for an equal share; the global batch shrinks).
       allocate_every: updates between two allocations (R); the first allocation comes
         after this many updates at equal sizes (the profiling phase).
+      lr_scaling: how far each update steps (`ksync.lr_scaling`): at every commit the
+        PS applies the optimizer's update with its learning rate times a gain ``r``
+        (SGD; ``sqrt(r)`` for Adam and the other adaptive optimizers), for that apply
+        only. "adascale": AdaScale's gain from the gradient noise the PS measures,
+        between 1 and the update's samples over ``base_batch``; "linear": that ratio;
+        "sqrt": its square root; None: the rate as given (every update steps as one
+        gradient would). "auto" (default): the policy's own, "adascale" for
+        `ksync.Adaptive`, None for the fixed rules.
+      base_batch: samples the optimizer's learning rate is meant for (one worker's
+        batch). None (default): with batch allocation the global batch over the
+        workers, else the first pushed gradient's samples.
 
     The rule's state (version, counters) lives on PS task 0; each variable's round
     aggregate lives beside the variable, and each shard's part of an update runs on its
@@ -221,7 +245,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *, policy=None,
                  batch_allocation=None, forecaster=None, allocation_mode=None,
-                 allocate_every: int = 20):
+                 allocate_every: int = 20, lr_scaling=lr_scaling_rules.AUTO,
+                 base_batch=None):
         if not isinstance(cluster_resolver, tf.distribute.cluster_resolver.ClusterResolver):
             raise TypeError("cluster_resolver must be a tf.distribute.cluster_resolver."
                             "ClusterResolver (e.g. TFConfigClusterResolver()), got "
@@ -253,7 +278,10 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         elif forecaster is not None or allocation_mode is not None:
             raise ValueError("forecaster and allocation_mode need batch_allocation="
                              "predictor.BatchAllocator(global_batch, ...).")
-        controller = ksync.RuleController(policy, num_workers, schedule, allocate_every)
+        mode = lr_scaling_rules.resolve(lr_scaling, policy)
+        base_batch = _base_batch(base_batch, batch_allocation, num_workers)
+        controller = ksync.RuleController(policy, num_workers, schedule, allocate_every,
+                                          lr_scaling=mode, base_batch=base_batch)
         snapshot = _Snapshot(forecaster) if forecaster is not None else None
         super().__init__(cluster_resolver, variable_partitioner)
         if snapshot is not None:
@@ -263,7 +291,12 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         self.controller = controller
         rule = controller.rule
         self._num_worker_tasks = num_workers
-        self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0")
+        #: the learning-rate scaling each commit applies (`ksync.lr_scaling`; None: none).
+        self.lr_scaling = mode
+        self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0",
+                                    lr_scaling=mode, base_batch=base_batch)
+        self._lr_optimizer = None  # weak reference to the optimizer the commits scale
+        self._lr_last = None       # the PS's scaling state at the last read
         self._ps_rule = rule  # the rule last written to the PS
         # Adaptive rules may reach K = 1 later, so only static K = 1 takes the short path.
         static = type(policy).observe is ksync.Policy.observe
@@ -378,7 +411,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         """Why the current rule runs, in one line (`ksync.RuleController.explain`), e.g.
         "K=2 async, drop beyond staleness 3 since version 40: 1 of 3 measured workers
         slower than 1.3x the fastest (...)"."""
-        return self.controller.explain()
+        line = self.controller.explain()
+        return line if self._lr_last is None else f"{line}; {self._lr_line()}"
 
     @property
     def rule(self) -> ksync.Rule:
@@ -449,6 +483,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             return False
         try:
             counters = self.guard.call(self._state.counters)
+            self._lr_seen(counters)
             busy, _ = self.coordinator.worker_busy()
             usual, running = self.coordinator.iteration_times()
             decision = self.controller.refresh(ksync.Measurement(
@@ -516,6 +551,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                        contributed=state.contributed, worker_sums=state.worker_sums,
                        worker_last=state.worker_last, staleness=state.staleness_hist,
                        pending_samples=state.pending_samples, accumulators=accumulators)
+        if state.lr_scaling is not None:  # the gains' noise sums, progress, base batch
+            objects["lr_scaling"] = state.lr_scaling.variable
         return objects
 
     def shutdown(self) -> None:
@@ -548,7 +585,45 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         counters = self.guard.call(self._state.counters, wait=True)
         telemetry = build_telemetry(counters, self.controller, busy, steps)
         telemetry["retried"] = self.coordinator.retried()
+        telemetry["lr_scaling"] = self._lr_telemetry(counters)
+        telemetry["explanation"] = self.explain()
         return telemetry
+
+    # -- learning-rate scaling ------------------------------------------------------------
+    def _lr_seen(self, counters) -> None:
+        """Keep the PS's scaling state of a read of its counters (for `explain`), and
+        give the controller the base batch once the PS knows it."""
+        if counters.get("lr_scaling") is None:
+            return
+        self._lr_last = describe_lr_scaling(counters["lr_scaling"])
+        self._lr_last["updates"] = counters["version"]
+        if self.controller.base_batch is None and self._lr_last["base_batch"]:
+            self.controller.base_batch = self._lr_last["base_batch"]
+
+    def _lr_telemetry(self, counters) -> dict:
+        """``telemetry()["lr_scaling"]``: the mode, the last commit's gain, the progress
+        in base steps (the applied gains' sum; the updates without scaling), and with
+        scaling the base batch, the faded noise scale and warm-up weight the gains use,
+        and the optimizer's learning rate as given and as the last commit applied it."""
+        if self.lr_scaling is None:
+            return {"mode": None, "gain": 1.0, "progress": float(counters["version"])}
+        self._lr_seen(counters)
+        info = dict(self._lr_last, mode=self.lr_scaling)
+        optimizer = self._lr_optimizer() if self._lr_optimizer is not None else None
+        if optimizer is not None:
+            rate = self.guard.call(current_learning_rate, optimizer, wait=True)
+            factor = lr_scaling_rules.optimizer_gain(info["gain"], family(optimizer))
+            info.update(base_learning_rate=rate, optimizer_gain=factor,
+                        learning_rate=rate * factor)
+        return info
+
+    def _lr_line(self) -> str:
+        lr = self._lr_last
+        noise = "" if lr["noise_scale"] is None else f", noise scale {lr['noise_scale']:.0f}"
+        warmup = f", warm-up {lr['warmup']:.2f}" if self.lr_scaling == "adascale" else ""
+        return (f"lr scaling {self.lr_scaling}: gain {lr['gain']:.2f} at the last commit"
+                f"{warmup}{noise}; progress {lr['progress']:.0f} base steps in "
+                f"{lr['updates']} updates")
 
 
 #: every KSyncStrategy of this process (`shutdown_strategies_of`).
@@ -586,6 +661,21 @@ class _Snapshot:
             with open(path, "wb") as f:
                 f.write(self._data)
             return self._type.load(path)
+
+
+def _base_batch(base_batch, batch_allocation, num_workers):
+    """The base batch of the learning-rate scaling (None: the PS takes the first
+    pushed gradient's samples)."""
+    if base_batch is not None:
+        if isinstance(base_batch, bool) or not isinstance(base_batch, (int, float)) \
+                or not base_batch > 0:
+            raise ValueError(f"base_batch must be a number of samples > 0 (one worker's "
+                             f"batch, the one the learning rate is meant for) or None, "
+                             f"got {base_batch!r}.")
+        return float(base_batch)
+    if batch_allocation is not None:
+        return batch_allocation.global_batch / num_workers
+    return None
 
 
 def _batch_size(args, kwargs):

@@ -91,6 +91,7 @@ class Strategy:
     """`KSyncStrategy`'s refresh and gate methods over a fake PS and coordinator."""
 
     refresh_rule = KSyncStrategy.refresh_rule
+    _lr_seen = KSyncStrategy._lr_seen
     gate_state = KSyncStrategy.gate_state
     _blocked_workers = KSyncStrategy._blocked_workers
     rule_capped_for_work = KSyncStrategy.rule_capped_for_work

@@ -94,16 +94,19 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batches(
 
 
 def check_bsp_equals_single_process(local, partitioner, steps_per_execution, make_model,
-                                    make_optimizer=lambda: keras.optimizers.SGD(0.5)):
+                                    make_optimizer=lambda: keras.optimizers.SGD(0.5),
+                                    lr_scaling=None, make_reference_optimizer=None):
     """Every round: one batch of every worker, read at the same version, on every
     shard; with several steps per scheduled function too. The reference trains in this
     process on the round's batches concatenated, with the same optimizer (a new one from
-    ``make_optimizer``): one update per round, its ``iterations`` set to the pushes
+    ``make_optimizer``, or ``make_reference_optimizer``: the scaled rate of
+    ``lr_scaling``): one update per round, its ``iterations`` set to the pushes
     made so far, as the PS's optimizer sees them (`optimizer.iterations` counts pushes:
-    Adam's bias correction follows it)."""
+    Adam's bias correction follows it). Returns the strategy and the trained model."""
     workers, batch, rounds = local.num_workers, 16, 10
     data = DATA if make_model is not embedding_model else TOKENS
-    strategy = KSyncStrategy(local.resolver(), partitioner, policy=ksync.BSP())
+    strategy = KSyncStrategy(local.resolver(), partitioner, policy=ksync.BSP(),
+                             lr_scaling=lr_scaling)
     with strategy.scope():
         model = make_model()
         model.compile(make_optimizer(), keras.losses.SparseCategoricalCrossentropy(
@@ -117,19 +120,21 @@ def check_bsp_equals_single_process(local, partitioner, steps_per_execution, mak
     assert int(model.optimizer.iterations.numpy()) == t["pushed"]
 
     reference = make_model()
-    reference.compile(make_optimizer(), keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True))
+    reference.compile((make_reference_optimizer or make_optimizer)(),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     reference.set_weights(initial)
     for r in range(rounds):
         reference.optimizer.iterations.assign(workers * (r + 1))
         idx = [w + workers * (r * batch + i) for w in range(workers) for i in range(batch)]
         reference.train_on_batch(data.x_train[idx], data.y_train[idx])
     # As fit ends: with EMA, the model takes its averages.
-    reference.optimizer.finalize_variable_values(reference.trainable_variables)
+    if hasattr(reference.optimizer, "finalize_variable_values"):  # not a legacy one
+        reference.optimizer.finalize_variable_values(reference.trainable_variables)
     got = whole_weights(model)
     for mine, want in zip(got, reference.get_weights()):
         np.testing.assert_allclose(mine, want, rtol=1e-4, atol=1e-5)
     assert not np.allclose(got[0], initial[0])
+    return strategy, model
 
 
 # -- several steps inside one scheduled function -------------------------------------

@@ -140,6 +140,17 @@ def test_bsp_on_sharded_variables_equals_single_process_sgd(cluster_2ps, steps_p
                                     steps_per_execution, make_model)
 
 
+def test_linear_scaling_on_sharded_variables_equals_one_process_at_the_scaled_rate(
+        cluster_2ps):
+    """lr_scaling="linear": every shard's part of a commit (sparse gradients of an
+    Embedding too) applies the rate times K, several steps per scheduled function."""
+    check_bsp_equals_single_process(
+        cluster_2ps, partitioners.FixedShardsPartitioner(2), 10, embedding_model,
+        lambda: keras.optimizers.SGD(0.2, momentum=0.5), lr_scaling="linear",
+        make_reference_optimizer=lambda: keras.optimizers.SGD(0.2 * cluster_2ps.num_workers,
+                                                              momentum=0.5))
+
+
 # -- optimizers whose update has extras (weight decay, EMA) ---------------------------
 @pytest.mark.parametrize("name, policy", [
     ("AdamW", ksync.BSP()), ("Adamax-ema", ksync.Adaptive(refresh_every=10)),

@@ -42,14 +42,18 @@ from cluster_sim.cli import prepare_tensorflow, release, time_fit
 from cluster_sim.report.stats import paired_ratio_ci
 from cluster_sim.report.tables import text_table
 
-#: configuration -> (policy name or None for the stock strategy, batch allocation)
+#: configuration -> (policy name or None for the stock strategy, batch allocation,
+#: learning-rate scaling: "auto" is the policy's own)
 CONFIGS = {
-    "stock": (None, False),
-    "asp": ("asp", False),
-    "bsp": ("bsp", False),
-    "adaptive": ("adaptive", False),
-    "bsp+alloc": ("bsp", True),
-    "asp+alloc": ("asp", True),
+    "stock": (None, False, "auto"),
+    "asp": ("asp", False, "auto"),
+    "bsp": ("bsp", False, "auto"),
+    "adaptive": ("adaptive", False, "auto"),
+    "bsp+alloc": ("bsp", True, "auto"),
+    "asp+alloc": ("asp", True, "auto"),
+    # the cost of scaling the learning rate at the commit, against the same rule without
+    "bsp+linear": ("bsp", False, "linear"),
+    "adaptive-unscaled": ("adaptive", False, None),
 }
 ROLES = ("chief", "worker", "ps")
 #: examples per worker step; with allocation, the mean of the allocated sizes
@@ -65,7 +69,7 @@ def _measure(cluster, config, steps, warmup, data):
     from predictor import BatchAllocator
     from strategies import KSyncStrategy
 
-    policy, allocate = CONFIGS[config]
+    policy, allocate, lr_scaling = CONFIGS[config]
     if policy is None:
         strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.resolver())
     else:
@@ -73,7 +77,8 @@ def _measure(cluster, config, steps, warmup, data):
                      if allocate else None)
         strategy = KSyncStrategy(cluster.resolver(), policy=ksync.get(policy),
                                  batch_allocation=allocator,
-                                 allocation_mode="last" if allocate else None)
+                                 allocation_mode="last" if allocate else None,
+                                 lr_scaling=lr_scaling)
     with strategy.scope():
         model = compile_classifier(mlp(data.num_features, data.num_classes),
                                    keras.optimizers.SGD(0.05))

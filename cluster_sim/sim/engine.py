@@ -117,9 +117,9 @@ class SimConfig:
     # Each commit applies ``learning_rate`` times the gain of ``lr_scaling``
     # (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None; "auto" is the policy's
     # own: "adascale" under `ksync.Adaptive`, None for the fixed rules), ``batch_size``
-    # being the base batch, capped at ``max_lr`` when given. None by default: the
-    # strategy's PS does not scale yet, and the simulator runs what the product runs.
-    lr_scaling: str | None = None
+    # being the base batch, capped at ``max_lr`` when given. "auto" by default, as
+    # `strategies.KSyncStrategy`'s PS applies it: the simulator runs what the product runs.
+    lr_scaling: str | None = lr_scaling.AUTO
     max_lr: float | None = None
 
     @property
