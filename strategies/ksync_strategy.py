@@ -65,6 +65,7 @@ from tensorflow.python.ops import control_flow_v2_func_graphs, resource_variable
 import ksync
 from ksync.tf_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
+from strategies import keras3
 from strategies.allocation import BatchAllocation
 from strategies.cluster_guard import ClusterGuard
 from strategies.compat import check_tensorflow_version
@@ -76,11 +77,6 @@ check_tensorflow_version()
 # Named, not super(): autograph may convert the method that calls it (a user's loop
 # calling strategy.run from a list comprehension), and converted code has no super().
 _STOCK_RUN = pss_v2.ParameterServerStrategyV2.run
-
-_KERAS3_HINT = ("KSyncStrategy (like TensorFlow's parameter-server training) works with "
-                "tf_keras, not Keras 3: `pip install tf-keras` and use `import tf_keras as "
-                "keras`, or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
-
 
 def _created_by_keras3() -> bool:
     frame = sys._getframe(2)
@@ -113,12 +109,14 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
             raise NotImplementedError(_CONDITIONAL_UPDATE.format(name=var.name))
         args = self._select_single_value(args)
         base, kwargs = super()._update, kwargs or {}
-        if len(args) == 1 and not _is_variable(args[0]):
+        if args and not _is_variable(args[0]):
             if not step.updates:
                 self._check_optimizer(fn)
             # A sparse gradient (an Embedding's) stays sparse: on the wire, in the
-            # round's aggregate and in the optimizer's update.
-            step.updates.append((lambda v, g: base(v, fn, (g,), kwargs, True),
+            # round's aggregate and in the optimizer's update. What follows it (Keras
+            # 3 passes the learning rate) goes with the update as it is.
+            rest = tuple(args[1:])
+            step.updates.append((lambda v, g: base(v, fn, (g,) + rest, kwargs, True),
                                  self._unwrap(var), args[0]))
         else:
             # Variables as arguments are read on the PS when the update runs.
@@ -144,9 +142,14 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
         return var.get() if hasattr(var, "get") and not isinstance(var, tf.Tensor) else var
 
     def _create_variable(self, next_creator, **kwargs):
-        if _created_by_keras3():
-            raise TypeError(_KERAS3_HINT)
-        return super()._create_variable(next_creator, **kwargs)
+        by_keras3 = _created_by_keras3()
+        if by_keras3:
+            from strategies import keras3_fit  # loads Keras 3: only for its users
+            keras3_fit.install(KSyncStrategy)
+        var = super()._create_variable(next_creator, **kwargs)
+        if by_keras3:
+            keras3.mark(var)
+        return var
 
     @contextlib.contextmanager
     def collecting(self):
@@ -288,6 +291,11 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             self._allocation = BatchAllocation(self, controller.sizes)
         self._ps_addresses = list(jobs["ps"])
         _LIVE.add(self)
+
+    def scope(self):
+        # Keras 3 on another backend would build and train the model here, unseen.
+        keras3.guard_other_backend(KSyncStrategy)
+        return super().scope()
 
     @property
     def refresh_every(self) -> int:
