@@ -27,6 +27,8 @@ import functools
 import inspect
 import sys
 
+import numpy as np
+
 #: Keras 3 (major, minor) versions this module was tested with, inclusive.
 TESTED_RANGE = ((3, 15), (3, 15))
 
@@ -101,6 +103,10 @@ def install(strategy_class, fit, evaluate, predict) -> None:
                 _dispatching(getattr(TensorFlowTrainer, name), ours, strategy_class))
     Variable.assign_add = _atomic(Variable.assign_add, "assign_add")
     Variable.assign_sub = _atomic(Variable.assign_sub, "assign_sub")
+    Variable.__array__ = _array_of_shards(Variable.__array__)
+    from keras.src.layers.layer import Layer
+    for name in ("trainable_weights", "trainable_variables"):
+        setattr(Layer, name, property(_shards_listed(getattr(Layer, name).fget)))
     _installed = True
 
 
@@ -130,6 +136,56 @@ def _dispatching(stock, ours, strategy_class):
         return ours(self, stock, **arguments)
 
     method._ksync_stock = stock
+    return method
+
+
+def _shards_listed(stock):
+    """A Keras 3 variable the strategy's partitioner sharded holds a `ShardedVariable`,
+    which Keras 3's gradient and optimizer code cannot take (it has no one handle). As
+    tf_keras does, a layer's trainable weights list its shards instead, each as a Keras
+    variable of its own (`_shard_variables`): the tape differentiates the shards, the
+    optimizer keeps its slots beside each shard, and the strategy aggregates and applies
+    each shard's gradient on its own PS task. ``weights`` (saving, ``get_weights``)
+    keep the whole variables."""
+    @functools.wraps(stock)
+    def getter(self):
+        out = []
+        for variable in stock(self):
+            out.extend(_shard_variables(variable) or [variable])
+        return out
+    return getter
+
+
+def _shard_variables(variable):
+    """The Keras 3 variables of a sharded ``variable``'s shards (made once), else None."""
+    value = getattr(variable, "_value", None)
+    shards = getattr(value, "variables", None)
+    if not shards or not getattr(shards[0], "_ksync_keras3", False):
+        return None
+    if getattr(variable, "_ksync_shards", None) is None:
+        from keras.src.backend import Variable  # the class Keras 3 checks against
+
+        class ShardOf(Variable):
+            """A Keras 3 variable holding an existing shard (no new tf.Variable)."""
+            def _initialize(self, value):
+                self._value = value()
+
+        variable._ksync_shards = [
+            ShardOf(initializer=lambda shape, dtype, shard=shard: shard, shape=shard.shape,
+                    dtype=variable.dtype, trainable=variable.trainable,
+                    name=f"{variable.name}_part_{i}")
+            for i, shard in enumerate(shards)]
+    return variable._ksync_shards
+
+
+def _array_of_shards(stock):
+    """Keras 3 saves a variable as ``np.asarray(variable)``, which asks its value for
+    ``__array__``; a `ShardedVariable` has none: its shards joined instead."""
+    @functools.wraps(stock)
+    def method(self, *args, **kwargs):
+        if _shard_variables(self) is not None:
+            return np.asarray(self._value.numpy(), *args[:1])
+        return stock(self, *args, **kwargs)
     return method
 
 
