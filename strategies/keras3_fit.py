@@ -92,7 +92,13 @@ def _no_arrays_with(x, y, sample_weight, what):
 
 
 def _step_functions(model, strategy):
-    """(one step, ``steps`` steps) of ``model.train_step`` on a worker's iterator."""
+    """(one step, ``steps`` steps) of ``model.train_step`` on a worker's iterator, made
+    once per model and strategy (as Keras 3 keeps its ``train_function``): a later
+    ``fit`` does not trace them again."""
+    cached = getattr(model, "_ksync_step_functions", None)
+    if cached is not None and cached[0] is strategy:
+        return cached[1]
+
     def step(iterator):
         return strategy.run(model.train_step, args=(next(iterator),))
 
@@ -102,7 +108,8 @@ def _step_functions(model, strategy):
             outputs = step(iterator)
         return outputs  # pylint: disable=undefined-loop-variable
 
-    return tf.function(step), several
+    model._ksync_step_functions = (strategy, (tf.function(step), several))
+    return model._ksync_step_functions[1]
 
 
 class _BatchLogs(dict):

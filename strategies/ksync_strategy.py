@@ -2,7 +2,8 @@
 
 A drop-in replacement for `tf.distribute.experimental.ParameterServerStrategy`: a tf_keras
 script written for the stock strategy runs unchanged but for the line that creates the
-strategy. Every gradient a worker computes is pushed to the parameter server with the
+strategy. A Keras 3 model (TensorFlow backend) created under its scope trains too: its
+``fit`` runs through the strategy's coordinator (`strategies.keras3_fit`). Every gradient a worker computes is pushed to the parameter server with the
 version it was computed from, its sample count and the worker's iteration time; the PS
 applies the policy's rule (aggregate K gradients weighted by samples, drop or down-weight
 stale ones) atomically in a critical section, and for synchronous rules the coordinator

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import ksync
+from cluster_sim.workloads import mlp
 from strategies import KSyncStrategy
 
 from test_drop_in import DATA, TOKENS, check_counters, embedding_model
@@ -22,10 +23,7 @@ LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def keras3_mlp(seed=0):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.layers.Input((DATA.num_features,)),
-                             keras.layers.Dense(32, activation="relu"),
-                             keras.layers.Dense(DATA.num_classes)])
+    return mlp(DATA.num_features, DATA.num_classes, seed=seed, keras=keras)
 
 
 def keras3_embedding(seed=0):
@@ -51,14 +49,14 @@ def test_the_issues_keras3_client_trains_under_every_policy(cluster, policy,
     check_issue_client(cluster, None, policy, record_property)
 
 
-def check_issue_client(local, partitioner, policy, record_property):
+def check_issue_client(local, partitioner, policy, record_property, steps_per_execution=5):
     """`import keras`, keras.Sequential, keras.optimizers.SGD, fit on a batched
     tf.data.Dataset with steps_per_execution=5 and validation data (NumPy arrays)."""
     strategy = KSyncStrategy(local.resolver(), partitioner, policy=policy)
     with strategy.scope():
         model = keras3_mlp()
         model.compile(keras.optimizers.SGD(0.2, momentum=0.5), LOSS,
-                      metrics=["accuracy"], steps_per_execution=5)
+                      metrics=["accuracy"], steps_per_execution=steps_per_execution)
     epochs, steps = 3, 40
     history = model.fit(train_dataset(), epochs=epochs, steps_per_epoch=steps, verbose=0,
                         validation_data=(DATA.x_test, DATA.y_test))
