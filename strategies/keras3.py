@@ -107,6 +107,11 @@ def install(strategy_class, fit, evaluate, predict) -> None:
     from keras.src.layers.layer import Layer
     for name in ("trainable_weights", "trainable_variables"):
         setattr(Layer, name, property(_shards_listed(getattr(Layer, name).fget)))
+    from keras.src.backend.tensorflow.optimizer import TFOptimizer
+    TFOptimizer.add_variable_from_reference = _slot_recorded(
+        TFOptimizer.add_variable_from_reference)
+    TFOptimizer.save_own_variables = _whole_slots_saved(TFOptimizer.save_own_variables)
+    TFOptimizer.load_own_variables = _whole_slots_loaded(TFOptimizer.load_own_variables)
     _installed = True
 
 
@@ -175,7 +180,72 @@ def _shard_variables(variable):
                     dtype=variable.dtype, trainable=variable.trainable,
                     name=f"{variable.name}_part_{i}")
             for i, shard in enumerate(shards)]
+        for i, shard in enumerate(variable._ksync_shards):
+            shard._ksync_whole, shard._ksync_index = variable, i
     return variable._ksync_shards
+
+
+# The optimizer keeps its slots (momentum, Adam's moments) beside each shard; its saved
+# state holds them joined, as for whole variables, so that a `.keras` file or weights
+# written with one sharding restore with another (or none).
+def _slot_recorded(stock):
+    @functools.wraps(stock)
+    def method(self, reference_variable, name=None, initializer="zeros"):
+        slot = stock(self, reference_variable, name=name, initializer=initializer)
+        whole = getattr(reference_variable, "_ksync_whole", None)
+        if whole is not None:
+            slot._ksync_slot_of = (whole, name, reference_variable._ksync_index)
+        return slot
+    return method
+
+
+def _saved_layout(optimizer):
+    """The optimizer's state as saved: a list of lists of its variables, one list per
+    saved entry (a slot of a sharded variable: its shards' slots, in shard order, at the
+    place of the first)."""
+    layout, groups = [], {}
+    for variable in optimizer.variables:
+        slot_of = getattr(variable, "_ksync_slot_of", None)
+        if slot_of is None:
+            layout.append([variable])
+            continue
+        key = (id(slot_of[0]), slot_of[1])
+        if key not in groups:
+            groups[key] = []
+            layout.append(groups[key])
+        groups[key].append(variable)
+    for group in groups.values():
+        group.sort(key=lambda v: v._ksync_slot_of[2])
+    return layout
+
+
+def _whole_slots_saved(stock):
+    @functools.wraps(stock)
+    def method(self, store):
+        layout = _saved_layout(self)
+        if all(len(entry) == 1 for entry in layout):
+            return stock(self, store)
+        for i, entry in enumerate(layout):
+            store[str(i)] = np.concatenate([v.numpy() for v in entry]) if len(entry) > 1 \
+                else entry[0].numpy()
+    return method
+
+
+def _whole_slots_loaded(stock):
+    @functools.wraps(stock)
+    def method(self, store):
+        layout = _saved_layout(self)
+        if all(len(entry) == 1 for entry in layout) or len(store.keys()) != len(layout):
+            return stock(self, store)  # Keras warns on a count that does not match
+        for i, entry in enumerate(layout):
+            if len(entry) == 1:
+                entry[0].assign(store[str(i)])
+                continue
+            value, start = np.asarray(store[str(i)]), 0
+            for variable in entry:
+                variable.assign(value[start:start + variable.shape[0]])
+                start += variable.shape[0]
+    return method
 
 
 def _array_of_shards(stock):
@@ -253,14 +323,24 @@ def overrides_batch_end(callback) -> bool:
 class on_the_chief:
     """Within it, ``model`` runs Keras 3's own ``evaluate`` and ``predict`` in this
     process (as tf_keras's ``predict`` does under a parameter-server strategy), reading
-    its parameters from the PS: each example once, in order."""
+    its parameters from the PS: each example once, in order. Called inside the
+    strategy's scope (``fit`` there, with validation data), the scope is set aside
+    meanwhile: Keras 3 would otherwise hand its input to the strategy, which only
+    serves workers."""
 
     def __init__(self, model):
         self._model = model
 
     def __enter__(self):
+        from tensorflow.python.framework import ops
         self._strategy = self._model._distribute_strategy  # pylint: disable=protected-access
         self._model._distribute_strategy = None  # pylint: disable=protected-access
+        # TensorFlow's stack of entered strategy scopes, this thread's (private: pinned
+        # with the rest by strategies.compat).
+        self._graph = ops.get_default_graph()
+        self._scopes = self._graph._distribution_strategy_stack  # pylint: disable=protected-access
+        self._graph._distribution_strategy_stack = []  # pylint: disable=protected-access
 
     def __exit__(self, *exc):
+        self._graph._distribution_strategy_stack = self._scopes  # pylint: disable=protected-access
         self._model._distribute_strategy = self._strategy  # pylint: disable=protected-access

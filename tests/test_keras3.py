@@ -151,6 +151,10 @@ def test_arrays_validation_split_callbacks_evaluate_and_predict(cluster, tmp_pat
     np.testing.assert_allclose(accuracy, np.mean(logits.argmax(1) == DATA.y_test), atol=1e-6)
     np.testing.assert_allclose(loss, float(LOSS(DATA.y_test, logits)), rtol=1e-4)
     assert accuracy >= 0.85
+    with strategy.scope():  # where fit's validation runs when fit is called in the scope
+        assert model.evaluate(DATA.x_test, DATA.y_test, batch_size=50, verbose=0) == \
+            pytest.approx([loss, accuracy], rel=1e-5)
+        np.testing.assert_allclose(model.predict(DATA.x_test, verbose=0), logits, atol=1e-5)
 
 
 def test_fit_needs_steps_per_epoch_for_an_endless_dataset(cluster):

@@ -238,15 +238,15 @@ def test_keras3_bsp_on_sharded_variables_equals_single_process_sgd(cluster_2ps, 
 def test_keras3_checkpoints_written_on_two_shards_restore_on_one(cluster_2ps, tmp_path):
     """A `.keras` file and `ModelCheckpoint`'s weights, written from a model whose
     variables are sharded over both PS tasks, restore exactly into a model of whole
-    variables: in this process alone, and under the strategy without a partitioner
-    (which trains on from there)."""
+    variables, optimizer state (momentum, kept per shard) included: in this process
+    alone, and under the strategy without a partitioner (which trains on from there)."""
     import keras as keras3
     from test_keras3 import LOSS, keras3_embedding
     strategy = KSyncStrategy(cluster_2ps.resolver(), partitioners.FixedShardsPartitioner(2),
                              policy=ksync.ASP())
     with strategy.scope():
         model = keras3_embedding()
-        model.compile(keras3.optimizers.SGD(0.1), LOSS, metrics=["accuracy"])
+        model.compile(keras3.optimizers.SGD(0.1, momentum=0.9), LOSS, metrics=["accuracy"])
     weights = str(tmp_path / "ckpt.weights.h5")
     model.fit(TOKENS.dataset_fn(16), epochs=2, steps_per_epoch=20, verbose=0,
               callbacks=[keras3.callbacks.ModelCheckpoint(weights, save_weights_only=True)])
@@ -255,14 +255,28 @@ def test_keras3_checkpoints_written_on_two_shards_restore_on_one(cluster_2ps, tm
     model.save(saved)
     want = model.predict(TOKENS.x_test, verbose=0)
 
+    # After iterations and the learning rate: a momentum beside each shard.
+    momentum = [v.numpy() for v in model.optimizer.variables[2:]]
+    assert len(momentum) == 3 * 2  # each of the 3 weights in 2 shards
+
     local = keras3.models.load_model(saved)
     np.testing.assert_allclose(local.predict(TOKENS.x_test, verbose=0), want, atol=1e-6)
     assert int(local.optimizer.iterations.numpy()) == 40
+    restored_momentum = [v.numpy() for v in local.optimizer.variables[2:]]
+    assert len(restored_momentum) == 3 and np.abs(restored_momentum[0]).max() > 0
+    joined = [np.concatenate(momentum[i:i + 2]) for i in range(0, 6, 2)]
+    for mine, want_m in zip(restored_momentum, joined):
+        np.testing.assert_allclose(mine, want_m, atol=1e-7)
+
+    with strategy.scope():  # and back into 2 shards
+        again = keras3.models.load_model(saved)
+    for mine, want_m in zip([v.numpy() for v in again.optimizer.variables[2:]], momentum):
+        np.testing.assert_allclose(mine, want_m, atol=1e-7)
 
     whole = KSyncStrategy(cluster_2ps.resolver(), policy=ksync.BSP())
     with whole.scope():
         restored = keras3_embedding(seed=7)
-        restored.compile(keras3.optimizers.SGD(0.1), LOSS)
+        restored.compile(keras3.optimizers.SGD(0.1, momentum=0.9), LOSS)
     restored.load_weights(weights)
     assert not any(isinstance(v.value, ShardedVariable) for v in restored.weights)
     np.testing.assert_allclose(restored.predict(TOKENS.x_test, verbose=0), want, atol=1e-6)
