@@ -62,6 +62,18 @@ def check_keras(keras=None) -> None:
             f"{high[1] + 1}') or use tf_keras (`import tf_keras as keras`).")
 
 
+def created_by_keras3() -> bool:
+    """Whether Keras 3 (the ``keras`` package, not tf_keras) is creating the variable
+    the caller is asked for: a ``keras`` module on the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module == "keras" or module.startswith("keras."):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def guard_other_backend(strategy_class) -> None:
     """When this process has imported Keras 3 on another backend than TensorFlow, make
     creating a Keras 3 variable under a scope of ``strategy_class`` raise (`check_keras`):

@@ -23,7 +23,6 @@ history = model.fit(x_train, y_train, batch_size=32, epochs=3,
 ```
 """
 
-import math
 
 import keras
 import tensorflow as tf

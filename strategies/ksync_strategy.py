@@ -3,8 +3,9 @@
 A drop-in replacement for `tf.distribute.experimental.ParameterServerStrategy`: a tf_keras
 script written for the stock strategy runs unchanged but for the line that creates the
 strategy. A Keras 3 model (TensorFlow backend) created under its scope trains too: its
-``fit`` runs through the strategy's coordinator (`strategies.keras3_fit`). Every gradient a worker computes is pushed to the parameter server with the
-version it was computed from, its sample count and the worker's iteration time; the PS
+``fit`` runs through the strategy's coordinator (`strategies.keras3_fit`). Every
+gradient a worker computes is pushed to the parameter server with the version it was
+computed from, its sample count and the worker's iteration time; the PS
 applies the policy's rule (aggregate K gradients weighted by samples, drop or down-weight
 stale ones) atomically in a critical section, and for synchronous rules the coordinator
 holds a worker that has contributed to the current round until the next version exists.
@@ -50,7 +51,6 @@ import collections
 import contextlib
 import inspect
 import os
-import sys
 import tempfile
 import threading
 import weakref
@@ -78,16 +78,6 @@ check_tensorflow_version()
 # Named, not super(): autograph may convert the method that calls it (a user's loop
 # calling strategy.run from a list comprehension), and converted code has no super().
 _STOCK_RUN = pss_v2.ParameterServerStrategyV2.run
-
-def _created_by_keras3() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module == "keras" or module.startswith("keras."):
-            return True
-        frame = frame.f_back
-    return False
-
 
 class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
     """Collects the optimizer's per-variable updates of one step instead of applying
@@ -143,7 +133,7 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
         return var.get() if hasattr(var, "get") and not isinstance(var, tf.Tensor) else var
 
     def _create_variable(self, next_creator, **kwargs):
-        by_keras3 = _created_by_keras3()
+        by_keras3 = keras3.created_by_keras3()
         if by_keras3:
             from strategies import keras3_fit  # loads Keras 3: only for its users
             keras3_fit.install(KSyncStrategy)
