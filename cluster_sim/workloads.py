@@ -286,10 +286,13 @@ def load(name: str, seed: int = 0, **kwargs) -> Dataset:
     return make(seed=seed, **kwargs)
 
 
-def mlp(num_features: int, num_classes: int, hidden=(32,), seed: int = 0, slowdown=None):
-    """A small tf_keras MLP classifier producing logits; ``slowdown`` (a
-    `cluster_sim.slowdown.SlowdownLayer`) goes first when given."""
-    import tf_keras as keras
+def mlp(num_features: int, num_classes: int, hidden=(32,), seed: int = 0, slowdown=None,
+        keras=None):
+    """A small MLP classifier producing logits, in tf_keras or the ``keras`` module given
+    (Keras 3); ``slowdown`` (a `cluster_sim.slowdown.SlowdownLayer`) goes first when
+    given."""
+    if keras is None:
+        import tf_keras as keras
     keras.utils.set_random_seed(seed)
     layers = [keras.layers.Input((num_features,))] + ([slowdown] if slowdown else [])
     layers += [keras.layers.Dense(h, activation="relu") for h in hidden]
@@ -324,8 +327,11 @@ def numpy_model(data: Dataset, hidden=(64, 64), seed: int = 0, **kwargs):
                         hidden=hidden, seed=seed, **kwargs)
 
 
-def compile_classifier(model, optimizer):
-    import tf_keras as keras
+def compile_classifier(model, optimizer, keras=None):
+    """``model`` compiled for integer labels and logits (``keras``: its library, tf_keras
+    by default)."""
+    if keras is None:
+        import tf_keras as keras
     model.compile(optimizer=optimizer,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])

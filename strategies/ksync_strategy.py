@@ -2,8 +2,10 @@
 
 A drop-in replacement for `tf.distribute.experimental.ParameterServerStrategy`: a tf_keras
 script written for the stock strategy runs unchanged but for the line that creates the
-strategy. Every gradient a worker computes is pushed to the parameter server with the
-version it was computed from, its sample count and the worker's iteration time; the PS
+strategy. A Keras 3 model (TensorFlow backend) created under its scope trains too: its
+``fit`` runs through the strategy's coordinator (`strategies.keras3_fit`). Every
+gradient a worker computes is pushed to the parameter server with the version it was
+computed from, its sample count and the worker's iteration time; the PS
 applies the policy's rule (aggregate K gradients weighted by samples, drop or down-weight
 stale ones) atomically in a critical section, and for synchronous rules the coordinator
 holds a worker that has contributed to the current round until the next version exists.
@@ -49,7 +51,6 @@ import collections
 import contextlib
 import inspect
 import os
-import sys
 import tempfile
 import threading
 import weakref
@@ -67,6 +68,7 @@ from ksync import lr_scaling as lr_scaling_rules
 from ksync.tf_lr_scaling import describe as describe_lr_scaling
 from ksync.tf_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
+from strategies import keras3
 from strategies.allocation import BatchAllocation
 from strategies.cluster_guard import ClusterGuard
 from strategies.compat import check_tensorflow_version
@@ -80,21 +82,6 @@ check_tensorflow_version()
 # Named, not super(): autograph may convert the method that calls it (a user's loop
 # calling strategy.run from a list comprehension), and converted code has no super().
 _STOCK_RUN = pss_v2.ParameterServerStrategyV2.run
-
-_KERAS3_HINT = ("KSyncStrategy (like TensorFlow's parameter-server training) works with "
-                "tf_keras, not Keras 3: `pip install tf-keras` and use `import tf_keras as "
-                "keras`, or set TF_USE_LEGACY_KERAS=1 before importing TensorFlow.")
-
-
-def _created_by_keras3() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module == "keras" or module.startswith("keras."):
-            return True
-        frame = frame.f_back
-    return False
-
 
 class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
     """Collects the optimizer's per-variable updates of one step instead of applying
@@ -122,15 +109,17 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
         scaling = self._container_strategy().lr_scaling
         scaled = (lambda update: update) if scaling is None else \
             (lambda update: scaled_update(update, fn))
-        if len(args) == 1 and not _is_variable(args[0]):
+        if args and not _is_variable(args[0]):
             if not step.updates:
                 self._check_optimizer(fn)
                 if scaling is not None:
                     check_scalable(fn, scaling)
                     self._container_strategy()._lr_optimizer = weakref.ref(optimizer_of(fn))
             # A sparse gradient (an Embedding's) stays sparse: on the wire, in the
-            # round's aggregate and in the optimizer's update.
-            step.updates.append((scaled(lambda v, g: base(v, fn, (g,), kwargs, True)),
+            # round's aggregate and in the optimizer's update. What follows it (Keras
+            # 3 passes the learning rate) goes with the update as it is.
+            rest = tuple(args[1:])
+            step.updates.append((scaled(lambda v, g: base(v, fn, (g,) + rest, kwargs, True)),
                                  self._unwrap(var), args[0]))
         else:
             # Variables as arguments are read on the PS when the update runs.
@@ -157,9 +146,14 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
         return var.get() if hasattr(var, "get") and not isinstance(var, tf.Tensor) else var
 
     def _create_variable(self, next_creator, **kwargs):
-        if _created_by_keras3():
-            raise TypeError(_KERAS3_HINT)
-        return super()._create_variable(next_creator, **kwargs)
+        by_keras3 = keras3.created_by_keras3()
+        if by_keras3:
+            from strategies import keras3_fit  # loads Keras 3: only for its users
+            keras3_fit.install(KSyncStrategy)
+        var = super()._create_variable(next_creator, **kwargs)
+        if by_keras3:
+            keras3.mark(var)
+        return var
 
     @contextlib.contextmanager
     def collecting(self):
@@ -321,6 +315,11 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
             self._allocation = BatchAllocation(self, controller.sizes)
         self._ps_addresses = list(jobs["ps"])
         _LIVE.add(self)
+
+    def scope(self):
+        # Keras 3 on another backend would build and train the model here, unseen.
+        keras3.guard_other_backend(KSyncStrategy)
+        return super().scope()
 
     @property
     def refresh_every(self) -> int:

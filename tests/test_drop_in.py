@@ -34,12 +34,13 @@ TOKENS = token_data()
 VOCAB = 17 * 64
 
 
-def embedding_model(seed=0):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.layers.Input((64,), dtype="int64"),
-                             keras.layers.Embedding(VOCAB, 8),
-                             keras.layers.Flatten(),
-                             keras.layers.Dense(10)])
+def embedding_model(seed=0, lib=keras):
+    """Embedding, Flatten, Dense over `TOKENS`, in ``lib`` (tf_keras, or Keras 3)."""
+    lib.utils.set_random_seed(seed)
+    return lib.Sequential([lib.layers.Input((64,), dtype="int64"),
+                           lib.layers.Embedding(VOCAB, 8),
+                           lib.layers.Flatten(),
+                           lib.layers.Dense(10)])
 
 
 def whole_weights(model):

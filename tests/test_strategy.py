@@ -166,15 +166,6 @@ def test_rejects_a_non_resolver():
         KSyncStrategy({"ps": ["127.0.0.1:1"]})
 
 
-def test_keras3_model_is_refused_with_tf_keras_hint(cluster):
-    import keras as keras3  # TensorFlow 2.21 installs Keras 3 beside tf_keras
-    assert keras3.__version__.startswith("3."), keras3.__version__
-    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP())
-    with pytest.raises(TypeError, match="tf_keras"):
-        with strategy.scope():
-            keras3.Sequential([keras3.layers.Input((4,)), keras3.layers.Dense(2)])
-
-
 def test_batch_allocation_balances_a_worker_slowed_3x(cluster):
     """One worker slowed 3x by an injected delay that scales with its samples: after
     the profiling phase its batch is about a third of the others' and step times even out."""

@@ -220,3 +220,80 @@ def test_ctr_trains_through_the_harness_with_sharded_tables_and_sparse_pushes(
     assert check["numpy"]["accuracy"] == pytest.approx(check["keras"]["accuracy"], abs=1e-6)
     # Trained: from about log 2 toward the constant guess's 0.56.
     assert result["curve"][-1]["loss"] < result["curve"][0]["loss"] - 0.02, result["curve"]
+
+
+# -- Keras 3 models (strategies/keras3.py) ---------------------------------------------
+@pytest.mark.parametrize("policy", [ksync.BSP(), ksync.Adaptive(refresh_every=10)], ids=repr)
+def test_keras3_client_trains_sharded_variables_on_two_ps_tasks(cluster_2ps, policy,
+                                                                record_property):
+    from test_keras3 import check_issue_client
+    model = check_issue_client(cluster_2ps, partitioners.FixedShardsPartitioner(2), policy,
+                               record_property)
+    for var in model.weights:
+        assert {s.device for s in var.value.variables} == {
+            "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"}
+
+
+@pytest.mark.parametrize("model, make_partitioner", [
+    ("embedding", lambda: partitioners.FixedShardsPartitioner(2)),
+    # the kernel in 2 shards, the biases whole
+    ("mlp", lambda: partitioners.MinSizePartitioner(min_shard_bytes=1024, max_shards=2)),
+], ids=["embedding-fixed", "mlp-min-size"])
+def test_keras3_bsp_on_sharded_variables_equals_single_process_sgd(cluster_2ps, model,
+                                                                   make_partitioner):
+    import test_keras3
+    make_model = test_keras3.keras3_mlp if model == "mlp" else test_keras3.keras3_embedding
+    test_keras3.check_bsp_equals_single_process(cluster_2ps, make_partitioner(), 1, make_model)
+
+
+def test_keras3_checkpoints_written_on_two_shards_restore_on_one(cluster_2ps, tmp_path):
+    """A `.keras` file and `ModelCheckpoint`'s weights, written from a model whose
+    variables are sharded over both PS tasks, restore exactly into a model of whole
+    variables, optimizer state (momentum, kept per shard) included: in this process
+    alone, and under the strategy without a partitioner (which trains on from there)."""
+    import keras as keras3
+    from test_keras3 import LOSS, keras3_embedding
+    strategy = KSyncStrategy(cluster_2ps.resolver(), partitioners.FixedShardsPartitioner(2),
+                             policy=ksync.ASP())
+    with strategy.scope():
+        model = keras3_embedding()
+        model.compile(keras3.optimizers.SGD(0.1, momentum=0.9), LOSS, metrics=["accuracy"])
+    weights = str(tmp_path / "ckpt.weights.h5")
+    model.fit(TOKENS.dataset_fn(16), epochs=2, steps_per_epoch=20, verbose=0,
+              callbacks=[keras3.callbacks.ModelCheckpoint(weights, save_weights_only=True)])
+    assert all(len(v.value.variables) == 2 for v in model.weights)
+    saved = str(tmp_path / "model.keras")
+    model.save(saved)
+    want = model.predict(TOKENS.x_test, verbose=0)
+
+    # After iterations and the learning rate: a momentum beside each shard.
+    momentum = [v.numpy() for v in model.optimizer.variables[2:]]
+    assert len(momentum) == 3 * 2  # each of the 3 weights in 2 shards
+
+    local = keras3.models.load_model(saved)
+    np.testing.assert_allclose(local.predict(TOKENS.x_test, verbose=0), want, atol=1e-6)
+    assert int(local.optimizer.iterations.numpy()) == 40
+    restored_momentum = [v.numpy() for v in local.optimizer.variables[2:]]
+    assert len(restored_momentum) == 3 and np.abs(restored_momentum[0]).max() > 0
+    joined = [np.concatenate(momentum[i:i + 2]) for i in range(0, 6, 2)]
+    for mine, want_m in zip(restored_momentum, joined):
+        np.testing.assert_allclose(mine, want_m, atol=1e-7)
+
+    with strategy.scope():  # and back into 2 shards
+        again = keras3.models.load_model(saved)
+    for mine, want_m in zip([v.numpy() for v in again.optimizer.variables[2:]], momentum):
+        np.testing.assert_allclose(mine, want_m, atol=1e-7)
+
+    whole = KSyncStrategy(cluster_2ps.resolver(), policy=ksync.BSP())
+    with whole.scope():
+        restored = keras3_embedding(seed=7)
+        restored.compile(keras3.optimizers.SGD(0.1, momentum=0.9), LOSS)
+    restored.load_weights(weights)
+    assert not any(isinstance(v.value, ShardedVariable) for v in restored.weights)
+    np.testing.assert_allclose(restored.predict(TOKENS.x_test, verbose=0), want, atol=1e-6)
+    with whole.scope():
+        reloaded = keras3.models.load_model(saved)
+    np.testing.assert_allclose(reloaded.predict(TOKENS.x_test, verbose=0), want, atol=1e-6)
+    reloaded.fit(TOKENS.dataset_fn(16), epochs=1, steps_per_epoch=10, verbose=0)
+    check_counters(whole.telemetry(), 10)
+    assert int(reloaded.optimizer.iterations.numpy()) == 40 + 10  # restored, then counted

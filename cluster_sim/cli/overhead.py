@@ -54,7 +54,12 @@ CONFIGS = {
     # the cost of scaling the learning rate at the commit, against the same rule without
     "bsp+linear": ("bsp", False, "linear"),
     "adaptive-unscaled": ("adaptive", False, None),
+    # The same rule with a Keras 3 model (strategies.keras3_fit) instead of tf_keras.
+    "asp-keras3": ("asp", False, "auto"),
+    "bsp-keras3": ("bsp", False, "auto"),
+    "adaptive-keras3": ("adaptive", False, "auto"),
 }
+KERAS3 = "-keras3"
 ROLES = ("chief", "worker", "ps")
 #: examples per worker step; with allocation, the mean of the allocated sizes
 BATCH = 32
@@ -79,11 +84,14 @@ def _measure(cluster, config, steps, warmup, data):
                                  batch_allocation=allocator,
                                  allocation_mode="last" if allocate else None,
                                  lr_scaling=lr_scaling)
-    with strategy.scope():
-        model = compile_classifier(mlp(data.num_features, data.num_classes),
-                                   keras.optimizers.SGD(0.05))
+    # A Keras 3 model takes the same dataset function (tf_keras wraps it).
     creator = keras.utils.experimental.DatasetCreator(
         data.dataset_fn(None if allocate else BATCH))
+    if config.endswith(KERAS3):
+        import keras
+    with strategy.scope():
+        model = compile_classifier(mlp(data.num_features, data.num_classes, keras=keras),
+                                   keras.optimizers.SGD(0.05), keras=keras)
     before = _chief_reads(strategy)
     rate, cpu_ms = time_fit(cluster, model, creator, steps, warmup,
                             samples=None if policy is None else lambda: _samples(strategy))
@@ -233,6 +241,7 @@ def _report(runs, meta) -> None:
     _print_reads(runs)
     _print_parts(runs)
     _print_allocation(runs)
+    _print_keras3(runs)
 
 
 def _print_reads(runs) -> None:
@@ -274,27 +283,43 @@ def _print_parts(runs) -> None:
 def _print_allocation(runs) -> None:
     """Each allocation arm against the same rule with equal batches, per sample: the
     allocated sizes differ between workers, so a step is not a fixed amount of work."""
-    rows = []
-    for name in runs:
-        equal = name.removesuffix("+alloc")
-        if equal == name or equal not in runs:
-            continue
-        per_sample = {arm: [r[1]["total"] / r[1]["samples_per_step"] for r in runs[arm]]
-                      for arm in (name, equal)}
-        rates = {arm: [r[0] * r[1]["samples_per_step"] for r in runs[arm]]
-                 for arm in (name, equal)}
-        cpu, cpu_low, cpu_high, _ = paired_ratio_ci(per_sample[name], per_sample[equal])
-        rate, rate_low, rate_high, _ = paired_ratio_ci(rates[name], rates[equal])
-        rows.append([f"{name} / {equal}", f"{statistics.median(rates[name]):.0f}",
-                     f"{statistics.median(rates[equal]):.0f}",
-                     f"{rate:.3f} [{rate_low:.2f}, {rate_high:.2f}]",
-                     f"{1e3 * statistics.median(per_sample[name]):.0f}",
-                     f"{1e3 * statistics.median(per_sample[equal]):.0f}",
-                     f"{cpu:.3f} [{cpu_low:.2f}, {cpu_high:.2f}]"])
+    rows = _paired_rows(runs, "+alloc", rate=lambda r: r[0] * r[1]["samples_per_step"],
+                        cpu=lambda r: 1e3 * r[1]["total"] / r[1]["samples_per_step"],
+                        rate_format="{:.0f}", cpu_format="{:.0f}")
     _print_table("Batch allocation against equal batches, same rule, homogeneous workers "
                  "(paired by repeat; a range under 5 repeats, a 90% CI from 5):",
                  ["arms", "samples/s alloc", "equal", "ratio [interval]",
                   "CPU us/sample alloc", "equal", "ratio [interval]"], rows)
+
+
+def _print_keras3(runs) -> None:
+    """Each Keras 3 arm against the same rule with the tf_keras model, paired by
+    repeat: what training a Keras 3 model (`strategies.keras3_fit`) costs."""
+    rows = _paired_rows(runs, KERAS3, rate=lambda r: r[0], cpu=lambda r: r[1]["total"],
+                        rate_format="{:.1f}", cpu_format="{:.2f}")
+    _print_table("Keras 3 against tf_keras, same rule and model (paired by repeat; a range "
+                 "under 5 repeats, a 90% CI from 5):",
+                 ["arms", "steps/s keras3", "tf_keras", "ratio [interval]",
+                  "CPU ms/step keras3", "tf_keras", "ratio [interval]"], rows)
+
+
+def _paired_rows(runs, suffix, rate, cpu, rate_format, cpu_format):
+    """A row for each configuration ``X{suffix}`` whose ``X`` ran too: both arms'
+    medians and their paired ratio, of ``rate(run)`` and of ``cpu(run)``."""
+    rows = []
+    for name in runs:
+        base = name.removesuffix(suffix)
+        if base == name or base not in runs:
+            continue
+        row = [f"{name} / {base}"]
+        for pick, fmt in ((rate, rate_format), (cpu, cpu_format)):
+            values = {arm: [pick(r) for r in runs[arm]] for arm in (name, base)}
+            ratio, low, high, _ = paired_ratio_ci(values[name], values[base])
+            row += [fmt.format(statistics.median(values[name])),
+                    fmt.format(statistics.median(values[base])),
+                    f"{ratio:.3f} [{low:.2f}, {high:.2f}]"]
+        rows.append(row)
+    return rows
 
 
 def _print_table(title, headers, rows) -> None:
