@@ -137,9 +137,10 @@ def run(args) -> int:
             else f"validation accuracy {target['target_accuracy']}")
     print(f"scenario {scenario.summary()}; {data.name} data, target {goal}", flush=True)
     if race is not None and args.arms is None:
-        print(f"BSP and ASP at the learning rates the fair race tuned for this scenario "
-              f"(simulated, seeds {seeds_text(race.tune_seeds)}; {PAGE}), Adaptive at the "
-              f"base rate {base.rate:g}", flush=True)
+        tuned = " and ".join(a.arm.label for a in arms if a.family in ("bsp", "asp"))
+        print(f"{tuned}: the settings the fair race tuned for this scenario (simulated, "
+              f"seeds {seeds_text(race.tune_seeds)}; {PAGE}); Adaptive at the base rate "
+              f"{base.rate:g}", flush=True)
     print(f"{len(arms)} rules x {seeds} seed(s), interleaved seed by seed; starting "
           f"1 PS + {scenario.num_workers} workers on 127.0.0.1", flush=True)
     started = time.monotonic()
