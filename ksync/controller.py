@@ -228,11 +228,13 @@ class RuleController:
                        base_batch=self.base_batch)
 
     def explain(self) -> str:
-        """Why the current rule runs, in one line (and the policy's status, if any)."""
+        """Why the current rule runs, in one line (and the policy's status, and why the
+        batch sizes are equal when they fell back, if any)."""
         version, rule, reason = self.history[-1]
         line = f"{rule.describe()} since version {version}: {reason}"
-        status = self.policy.status(self.context())
-        return f"{line}; {status}" if status else line
+        notes = [self.policy.status(self.context()),
+                 self.schedule.status() if self.schedule is not None else None]
+        return "; ".join([line, *(n for n in notes if n)])
 
     def _observe(self, now):
         """Give the policy the window's observation; adopt what it proposes."""

@@ -23,7 +23,9 @@ __all__ = ["BatchAllocator", "AllocatorFallbackWarning"]
 
 
 class AllocatorFallbackWarning(UserWarning):
-    """Speeds were unusable (NaN, inf, zero or negative): equal sizes were used."""
+    """Speeds given as numbers were not speeds (NaN, inf, zero or negative): equal sizes
+    were used. A bug of the caller or of its forecaster, so it is said; a worker with no
+    measurement yet is an expected condition (`BatchAllocator.equal_for_now`, quiet)."""
 
 
 def _water_fill(speeds: np.ndarray, total: float, lo: float, hi: float) -> np.ndarray:
@@ -71,7 +73,7 @@ def _round_preserving_sum(target: np.ndarray, total: int, lo: int, hi: int) -> n
 
 def _usable(speeds: np.ndarray) -> bool:
     """False, with an `AllocatorFallbackWarning` (equal sizes follow), for NaN, inf,
-    zero or negative speeds."""
+    zero or negative speeds: numbers that cannot be a measured speed."""
     usable = np.isfinite(speeds) & (speeds > 0)
     if usable.all():
         return True
@@ -147,15 +149,24 @@ class BatchAllocator:
         base, extra = divmod(self.global_batch, n_workers)
         return [base + (1 if i < extra else 0) for i in range(n_workers)]
 
+    def equal_for_now(self, n_workers: int) -> list[int]:
+        """Equal sizes, and the next `allocate` applies at once (no hysteresis against
+        an allocation made before): the sizes while some worker has no speed.
+
+        >>> a = BatchAllocator(8, min_batch=1)
+        >>> a.allocate([1.0, 3.0]), a.equal_for_now(2), a.allocate([1.0, 3.05])
+        ([2, 6], [4, 4], [2, 6])
+        """
+        self._anchor = None
+        self._current = self.equal_sizes(n_workers)
+        return list(self._current)
+
     def allocate(self, speeds) -> list[int]:
         """Return per-worker batch sizes for forecast ``speeds`` (higher = faster)."""
         s = np.asarray(speeds, dtype=np.float64).ravel()
         self.check_feasible(s.size)
         if not _usable(s):
-            # Forget the anchor so the first good forecast is applied immediately.
-            self._anchor = None
-            self._current = self.equal_sizes(s.size)
-            return list(self._current)
+            return self.equal_for_now(s.size)
         target = _water_fill(s, float(self.global_batch), float(self.min_batch), float(self.max_batch))
         if self._keeps_previous(target):
             return list(self._current)

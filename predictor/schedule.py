@@ -90,13 +90,25 @@ class AllocationSchedule:
         return self.observe(version, speeds)
 
     def observe(self, version: int, speeds) -> list | None:
-        """Measured samples/s per worker over the last window (None or NaN where a
-        worker has no measurement); returns new sizes, or None to keep the current.
+        """Measured samples/s per worker over the last window (None where a worker has
+        no measurement); returns new sizes, or None to keep the current.
 
-        After profiling, a window with any unusable speed (None, NaN, inf, zero,
-        negative) gives equal sizes with an `AllocatorFallbackWarning`; the next
-        window with sane speeds for every worker allocates again."""
+        After profiling, a window in which a worker has no speed (it made no step: a
+        slow, paused or restarting worker) gives equal sizes quietly, an expected
+        condition that `status` and ``history`` report; the next window with a speed
+        for every worker allocates again. A number that is not a speed (NaN, inf, zero,
+        negative: a bug of the caller or the forecaster) gives equal sizes too, with an
+        `AllocatorFallbackWarning`.
+
+        >>> from predictor.allocator import BatchAllocator
+        >>> s = AllocationSchedule(BatchAllocator(96, min_batch=4), mode="last")
+        >>> _ = s.initial(3); s.observe(10, [300.0, 300.0, 100.0])
+        [41, 41, 14]
+        >>> s.observe(20, [300.0, 300.0, None]), s.status()
+        ([32, 32, 32], 'equal batch sizes since version 20: no speed measured for worker 2 in the last window')
+        """
         measured = np.array([np.nan if s is None else float(s) for s in speeds])
+        unmeasured = [i for i, s in enumerate(speeds) if s is None]
         profiled = len(self.history) > 1
         if self.mode == "static" and profiled:
             return None
@@ -105,18 +117,21 @@ class AllocationSchedule:
             return None  # keep profiling until every worker has been measured
         forecast = None
         target = measured
-        if not usable.all():
-            # A glitch or a worker that stopped reporting: no forecast is trustworthy
-            # (and the forecaster is not fed the garbage); the allocator warns and
-            # falls back to equal sizes until every worker reports sane speeds again.
-            stage = "fallback: unusable speeds"
+        if unmeasured:
+            # No forecast is fed or trusted while a worker is unmeasured (the forecaster
+            # keeps its level); equal sizes until every worker reports again.
+            stage = f"equal sizes: no speed for worker(s) {unmeasured}"
+        elif not usable.all():
+            stage = "fallback: unusable speeds"  # the allocator warns
         else:
             stage = "allocate" if profiled else "first allocation from profile"
             if self.mode == "forecast":
                 self.forecaster.update(measured.reshape(-1, 1))
                 forecast = self.forecaster.predict(horizon=self.horizon).mean(axis=1)
                 target = forecast
-        if self.mode == "deadline":
+        if unmeasured:
+            sizes = self.allocator.equal_for_now(len(measured))
+        elif self.mode == "deadline":
             sizes = self.allocator.deadline_sizes(target)
         else:
             sizes = self.allocator.allocate(target)
@@ -129,3 +144,24 @@ class AllocationSchedule:
         changed = sizes != self.sizes
         self.sizes = list(sizes)
         return list(sizes) if changed else None
+
+    def status(self) -> str | None:
+        """Why the sizes are equal now, in one line, when they fell back (None: they
+        follow the speeds, or profiling is under way); `ksync.RuleController.explain`
+        appends it."""
+        fallbacks = 0
+        for entry in reversed(self.history):
+            if not entry["stage"].startswith(("equal sizes", "fallback")):
+                break
+            fallbacks += 1
+        if not fallbacks:
+            return None
+        since = self.history[-fallbacks]
+        last = self.history[-1]
+        if last["stage"].startswith("fallback"):
+            why = "speeds that were not speeds (NaN, inf, zero or negative)"
+        else:
+            missing = [i for i, m in enumerate(last["measured"]) if m is None]
+            why = (f"no speed measured for worker{'s' if len(missing) > 1 else ''} "
+                   f"{', '.join(map(str, missing))} in the last window")
+        return f"equal batch sizes since version {since['version']}: {why}"

@@ -1,7 +1,8 @@
 """The documentation as a reader meets it: links that resolve, a short README with the
-commands CI runs, and user docs that describe the product, not its history.
+commands CI runs, user docs that describe the product, not its history, and generated
+benchmark pages equal to what their committed stores generate.
 
-Fast and TensorFlow-free: it reads Markdown files only.
+Fast and TensorFlow-free: it reads Markdown files and the compact stores only.
 """
 
 import re
@@ -133,6 +134,29 @@ def test_links_into_the_generated_benchmark_pages():
     # does not resolve is a broken link, not a page still to come.
     assert not waiting, "links into docs/benchmarks/ that resolve to no page: " + \
         ", ".join(waiting)
+
+
+GENERATED_BY = re.compile(r"`(python -m cluster_sim bench tables ([^`]+))`")
+
+
+def generated_pages():
+    return sorted(GENERATED.glob("*.md")) if GENERATED.exists() else []
+
+
+def test_the_demo_scenario_has_a_generated_page():
+    from cluster_sim.cli.demo_race import PAGE
+    assert ROOT / PAGE in generated_pages()
+
+
+@pytest.mark.parametrize("page", generated_pages(), ids=lambda p: p.name)
+def test_a_generated_page_is_its_stores_regenerated(page):
+    from cluster_sim.cli.bench_tables import race_page
+    text = page.read_text()
+    found = GENERATED_BY.search(text)
+    assert found, f"{page.relative_to(ROOT)} does not say the command that generated it"
+    command, stores = found.group(1), found.group(2).split()
+    assert race_page(*(ROOT / s for s in stores)) == text, (
+        f"regenerate it: {command} > {page.relative_to(ROOT)}")
 
 
 def test_readme_is_short():

@@ -1,4 +1,5 @@
-"""AllocationSchedule: profile, allocate, and fall back to equal sizes on garbage."""
+"""AllocationSchedule: profile, allocate, fall back to equal sizes while a worker has no
+speed (quietly) and on garbage (with a warning)."""
 
 import warnings
 
@@ -27,8 +28,8 @@ def allocate_quietly(s, version, speeds):
 
 @pytest.mark.parametrize("mode", ["last", "forecast"])
 @pytest.mark.parametrize("garbage", [
-    [0.0, 0.0, 0.0], [300.0, -5.0, 100.0], [np.nan, 300.0, 100.0], [300.0, 300.0, np.inf],
-    [300.0, None, 100.0]], ids=["zeros", "negative", "nan", "inf", "stopped-reporting"])
+    [0.0, 0.0, 0.0], [300.0, -5.0, 100.0], [np.nan, 300.0, 100.0], [300.0, 300.0, np.inf]],
+    ids=["zeros", "negative", "nan", "inf"])
 def test_garbage_falls_back_to_equal_sizes_then_recovers(mode, garbage):
     s = schedule(mode)
     first = allocate_quietly(s, 10, GOOD)
@@ -39,6 +40,22 @@ def test_garbage_falls_back_to_equal_sizes_then_recovers(mode, garbage):
     for version in (30, 40):  # the forecaster needs its level back, not a fresh start
         sizes = allocate_quietly(s, version, GOOD) or s.sizes
     assert sizes[2] < sizes[0] / 2 and sum(sizes) == 96
+
+
+@pytest.mark.parametrize("mode", ["last", "forecast", "deadline"])
+def test_a_worker_without_a_speed_gets_equal_sizes_quietly_then_allocation_resumes(mode):
+    s = schedule(mode)
+    first = allocate_quietly(s, 10, GOOD)
+    assert first[2] < first[0] / 2
+    # Expected (a slow or paused worker made no step in the window): said by status()
+    # and history, not by a warning.
+    assert allocate_quietly(s, 20, [300.0, None, 100.0]) == [32, 32, 32]
+    assert s.history[-1]["stage"] == "equal sizes: no speed for worker(s) [1]"
+    assert allocate_quietly(s, 30, [None, None, 100.0]) is None  # still equal
+    assert s.status() == ("equal batch sizes since version 20: no speed measured for "
+                          "workers 0, 1 in the last window")
+    sizes = allocate_quietly(s, 40, GOOD)
+    assert sizes[2] < sizes[0] / 2 and s.status() is None
 
 
 def test_profiling_waits_until_every_worker_is_measured():

@@ -55,9 +55,12 @@ from cluster_sim.cli.arm_grid import (ORDER, bench_arms, grid_edges, matrix_spec
 from cluster_sim.report.tables import format_interval, markdown_table_rows
 from ksync.learning_rate import LearningRate
 
-__all__ = ["compact_run", "export", "race_page", "add_arguments", "run"]
+__all__ = ["compact_run", "export", "race_page", "read_store", "seeds_text", "store_arms",
+           "tuned_specs", "add_arguments", "run"]
 
 META = "meta.json"
+#: Where the committed compact stores live.
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"
 
 
 def _target_key(loss: float) -> str:
@@ -230,17 +233,70 @@ def _reached(runs: dict, seeds, target: str) -> str:
     return f"{sum(runs[s]['tta'][target] is not None for s in ran)}/{len(ran)}"
 
 
+def _choices(meta: dict, key: str, rows: list):
+    """The entry ``key``'s arms, base step size and each rule's chosen label, chosen
+    as the bench chose: on the tuning seeds' times to the target its runs ran to."""
+    entry = meta["stores"][key]
+    arms, base = _full_arms(meta, entry)
+    tune = list(meta.get("tune_seeds") or [])
+    own = [dict(r, tta_s=r["tta"].get(entry["own"])) for r in rows]
+    return arms, base, tuning_choices(own, arms, tune,
+                                      base if meta.get("tune_stages") else None)
+
+
+def read_store(store_dir) -> tuple[dict, dict]:
+    """A compact store's ``meta.json`` and its runs (``{key: [row, ...]}``); ValueError
+    naming the file and what is wrong with it.
+
+    >>> meta, rows = read_store(RESULTS / "race_sim8")
+    >>> sorted(rows), len(rows["static_sim8"]) > 100
+    (['homogeneous_sim8', 'static_sim8'], True)
+    """
+    store_dir = pathlib.Path(store_dir)
+    path = store_dir / META
+    try:
+        meta = json.loads(path.read_text())
+        rows = {}
+        for key in meta["stores"]:
+            path = store_dir / f"{key}.jsonl"
+            rows[key] = [json.loads(line) for line in path.read_text().splitlines()]
+            for row in rows[key]:
+                row["seed"], row["tta"], row["policy"]  # what the tables read
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a compact store of `bench tables` "
+                         f"({type(err).__name__}: {err})") from None
+    return meta, rows
+
+
+def store_arms(meta: dict, key: str) -> list:
+    """Every arm (`cluster_sim.cli.arm_grid.BenchArm`) of the store's entry ``key``,
+    labelled as its runs are."""
+    return _full_arms(meta, meta["stores"][key])[0]
+
+
+def tuned_specs(meta: dict, key: str, rows: list) -> dict:
+    """Each tuned rule's chosen setting (an `ArmSpec`: value, learning rate, momentum)
+    in the store's entry ``key``: what its tables report as "tuned setting".
+
+    >>> meta, rows = read_store(RESULTS / "race_sim8")
+    >>> tuned_specs(meta, "static_sim8", rows["static_sim8"])["bsp"].text
+    'bsp@0.08'
+    """
+    arms, _, choices = _choices(meta, key, rows)
+    by_label = {a.arm.label: a for a in arms}
+    return {family: by_label[label].spec for family, label in choices.items()}
+
+
 def scenario_tables(meta: dict, key: str, rows: list) -> str:
     """The section of one store (scenario, workers): per target, each rule at its tuned
     setting, its linear-scaling arm and Adaptive."""
     from cluster_sim.report.stats import interval_label, seed_interval
     entry = meta["stores"][key]
-    arms, base = _full_arms(meta, entry)
+    arms, base, choices = _choices(meta, key, rows)
     tune = list(meta.get("tune_seeds") or [])
     by_label = {a.arm.label: a for a in arms}
-    # Chosen as the bench chose: on the time to the target its runs ran to.
-    own = [dict(r, tta_s=r["tta"].get(entry["own"])) for r in rows]
-    choices = tuning_choices(own, arms, tune, base if meta.get("tune_stages") else None)
     reported = sorted({r["seed"] for r in rows if r["seed"] not in tune})
     planned = list(meta.get("seeds") or reported)
     targets = [entry["early"]] + sorted(
@@ -249,13 +305,13 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
     runs = lambda label: per_seed([r for r in rows if r["seed"] in reported], label)
     made = sum(r["seed"] in tune for r in rows)
     name, n = entry["scenario"], entry["workers"]
-    tuning = (f"Tuned on seeds {_seeds(tune)} ({made} tuning runs"
+    tuning = (f"Tuned on seeds {seeds_text(tune)} ({made} tuning runs"
               + (", pruned in two stages: `--tune-stages`" if meta.get("tune_stages") else "")
               + ")" if tune else "Each rule at the setting its command took (--tuned-from: "
               "chosen elsewhere, not tuned for this target)")
     lines = [f"### {name}, {n} simulated workers", "",
-             tuning + f"; reported on seeds {_seeds(reported)}"
-             + (f" (of {_seeds(planned)} planned: the matrix is unfinished)"
+             tuning + f"; reported on seeds {seeds_text(reported)}"
+             + (f" (of {seeds_text(planned)} planned: the matrix is unfinished)"
                 if set(planned) - set(reported) else "")
              + ". Base learning rate "
              f"{base.rate:g}, momentum {base.momentum:g}; {entry['us_per_sample']:g} us per "
@@ -307,7 +363,12 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
     return "\n".join(lines)
 
 
-def _seeds(seeds) -> str:
+def seeds_text(seeds) -> str:
+    """``0-9`` for a run of seeds, else ``1,5``; ``-`` for none.
+
+    >>> seeds_text([100, 101]), seeds_text([0, 5]), seeds_text([])
+    ('100-101', '0,5', '-')
+    """
     seeds = list(seeds)
     if not seeds:
         return "-"
@@ -328,7 +389,7 @@ def _shown(store_dir: pathlib.Path) -> str:
 def store_section(store_dir) -> str:
     """The tables of one compact store, under the command that made its runs."""
     store_dir = pathlib.Path(store_dir)
-    meta = json.loads((store_dir / META).read_text())
+    meta, rows = read_store(store_dir)
     costs = meta["costs"]
     lines = [f"## From `{_shown(store_dir)}`", "",
              f"Runs made by `{' '.join(meta['argv'])}` (store exported at commit "
@@ -339,11 +400,7 @@ def store_section(store_dir) -> str:
     for argv in meta.get("replaced_by", ()):
         lines += ["", f"The runs of the rules (and seeds) of `{' '.join(argv)}` replace the "
                       "first command's."]
-    sections = []
-    for key in meta["stores"]:
-        path = store_dir / f"{key}.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
-        sections.append(scenario_tables(meta, key, rows))
+    sections = [scenario_tables(meta, key, runs) for key, runs in rows.items()]
     return "\n".join(lines) + "\n\n" + "\n\n".join(sections)
 
 
