@@ -74,7 +74,7 @@ from strategies.cluster_guard import ClusterGuard
 from strategies.compat import check_tensorflow_version
 from strategies.coordinator import KSyncCoordinator
 from strategies.lr_scope import (check_scalable, current_learning_rate, family,
-                                 optimizer_of, scaled_update)
+                                 optimizer_of, scaled_arguments, scaled_update)
 from strategies.telemetry import build_telemetry
 
 check_tensorflow_version()
@@ -117,9 +117,10 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
                     self._container_strategy()._lr_optimizer = weakref.ref(optimizer_of(fn))
             # A sparse gradient (an Embedding's) stays sparse: on the wire, in the
             # round's aggregate and in the optimizer's update. What follows it (Keras
-            # 3 passes the learning rate) goes with the update as it is.
+            # 3 passes the learning rate, scaled in a commit that scales) goes with it.
             rest = tuple(args[1:])
-            step.updates.append((scaled(lambda v, g: base(v, fn, (g,) + rest, kwargs, True)),
+            step.updates.append((scaled(lambda v, g: base(
+                v, fn, (g,) + scaled_arguments(fn, rest), kwargs, True)),
                                  self._unwrap(var), args[0]))
         else:
             # Variables as arguments are read on the PS when the update runs.

@@ -25,6 +25,7 @@ update = scaled_update(lambda v, g: base(v, fn, (g,), kwargs, True), fn)
 
 import contextlib
 import inspect
+import sys
 import threading
 
 import tensorflow as tf
@@ -40,21 +41,52 @@ _FACTORS = threading.local()  # id(optimizer) -> the factor of the apply being t
 _CLASSES = {}
 
 
+def _keras3_optimizers():
+    """Keras 3's optimizers module once a Keras 3 model loaded it (None before: ksync
+    never imports Keras 3 for a tf_keras user)."""
+    keras3 = sys.modules.get("keras")
+    optimizers = getattr(keras3, "optimizers", None)
+    return optimizers if hasattr(optimizers, "Optimizer") else None
+
+
+def is_keras3(optimizer) -> bool:
+    """Whether ``optimizer`` is a Keras 3 optimizer (it passes its learning rate to each
+    update as an argument, `scaled_arguments`)."""
+    optimizers = _keras3_optimizers()
+    return optimizers is not None and isinstance(optimizer, optimizers.Optimizer)
+
+
 def family(optimizer) -> str:
     """"sgd" for SGD (momentum, Nesterov), else "adam": every other optimizer scales
     by the square root (Adam-like updates are normalised by the gradient's scale; for
     an unknown one the smaller of the two rules)."""
-    return "sgd" if isinstance(optimizer, _SGD) else "adam"
+    optimizers = _keras3_optimizers()
+    sgd = _SGD + ((optimizers.SGD,) if optimizers is not None else ())
+    return "sgd" if isinstance(optimizer, sgd) else "adam"
 
 
 def optimizer_of(fn):
-    """The optimizer whose method made the update function ``fn`` (tf_keras's update
-    functions are closures over the optimizer, ``self``), or None."""
+    """The optimizer whose method made the update function ``fn`` (tf_keras's and
+    Keras 3's update functions are closures over the optimizer, ``self``), or None."""
     cells = _cells(fn)
     optimizer = cells["self"].cell_contents if "self" in cells else None
-    if isinstance(optimizer, (tf_keras.optimizers.Optimizer, _LEGACY)):
+    if isinstance(optimizer, (tf_keras.optimizers.Optimizer, _LEGACY)) or \
+            is_keras3(optimizer):
         return optimizer
     return None
+
+
+def scaled_arguments(fn, rest: tuple) -> tuple:
+    """The arguments after the gradient of the update ``fn``: a Keras 3 optimizer
+    passes its learning rate first, which a commit that scales multiplies by its factor
+    (the optimizer's variables keep the user's rate); anything else as it is."""
+    optimizer = optimizer_of(fn)
+    gain = commit_gain()
+    if not rest or gain is None or not is_keras3(optimizer):
+        return rest
+    factor = optimizer_gain(gain, family(optimizer), sqrt=tf.sqrt)
+    rate = tf.convert_to_tensor(rest[0])
+    return (rate * tf.cast(factor, rate.dtype),) + tuple(rest[1:])
 
 
 def current_learning_rate(optimizer) -> float:
@@ -67,13 +99,13 @@ def current_learning_rate(optimizer) -> float:
 
 def check_scalable(fn, mode) -> None:
     """Raise ValueError when learning-rate scaling ``mode`` cannot reach the rate of
-    the update function ``fn`` (not made by a tf_keras optimizer)."""
+    the update function ``fn`` (not made by a tf_keras or Keras 3 optimizer)."""
     if optimizer_of(fn) is None:
         raise ValueError(
             f"KSyncStrategy(lr_scaling={mode!r}) scales the learning rate of a tf_keras "
-            f"optimizer for each update, and this step's update of a variable was not "
-            f"made by one ({getattr(inspect.unwrap(fn), '__qualname__', fn)!r}). Apply "
-            f"the gradients with a tf_keras optimizer's apply_gradients, or pass "
+            f"or Keras 3 optimizer for each update, and this step's update of a variable "
+            f"was not made by one ({getattr(inspect.unwrap(fn), '__qualname__', fn)!r}). "
+            f"Apply the gradients with the optimizer's apply_gradients, or pass "
             f"lr_scaling=None.")
 
 
@@ -85,8 +117,8 @@ def scaled_update(update, fn):
 
     def scaled(*args):
         gain = commit_gain()
-        if gain is None or optimizer is None:
-            return update(*args)
+        if gain is None or optimizer is None or is_keras3(optimizer):
+            return update(*args)  # Keras 3: the rate is an argument (scaled_arguments)
         factor = optimizer_gain(gain, family(optimizer), sqrt=tf.sqrt)
         with _scaled(optimizer, factor, fn):
             return update(*args)
