@@ -226,8 +226,8 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         only. "adascale": AdaScale's gain from the gradient noise the PS measures,
         between 1 and the update's samples over ``base_batch``; "linear": that ratio;
         "sqrt": its square root; None: the rate as given (every update steps as one
-        gradient would). "auto" (default): the policy's own, "adascale" for
-        `ksync.Adaptive`, None for the fixed rules.
+        gradient would). "auto" (default): the policy's own, None for every
+        built-in rule (Adaptive too: "adascale" is an opt-in, see the user guide).
       base_batch: samples the optimizer's learning rate is meant for (one worker's
         batch). None (default): with batch allocation the global batch over the
         workers, else the first pushed gradient's samples.

@@ -144,15 +144,15 @@ def test_the_reference_state_commits_with_lr_times_the_gain():
 
 
 def test_a_run_scales_as_its_policy_says_unless_told():
-    assert lr_scaling.resolve("auto", ksync.Adaptive()) == "adascale"
+    assert lr_scaling.resolve("auto", ksync.Adaptive()) is None  # an opt-in
     assert lr_scaling.resolve("auto", ksync.KAsync(k=2)) is None
     assert lr_scaling.resolve(None, ksync.Adaptive()) is None
     # "auto" by default, as on the strategy's PS: the policy's own.
     config = SimConfig(num_workers=2, max_pushes=4)
-    assert Simulation(ksync.Adaptive(), config).scaling.mode == "adascale"
+    assert Simulation(ksync.Adaptive(), config).scaling is None
     assert Simulation(ksync.BSP(), config).scaling is None
-    off = SimConfig(num_workers=2, max_pushes=4, lr_scaling=None)
-    assert Simulation(ksync.Adaptive(), off).scaling is None
+    on = SimConfig(num_workers=2, max_pushes=4, lr_scaling="adascale")
+    assert Simulation(ksync.Adaptive(), on).scaling.mode == "adascale"
     sim = Simulation(ksync.BSP(), SimConfig(num_workers=2, max_pushes=4, lr_scaling="sqrt"))
     assert sim.scaling.mode == "sqrt" and sim.controller.context().lr_scaling == "sqrt"
     with pytest.raises(ValueError, match="lr_scaling must be one of"):

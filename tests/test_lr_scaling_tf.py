@@ -176,13 +176,15 @@ def test_linear_bsp_equals_one_process_at_the_scaled_rate(cluster, name):
 
 
 def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
-    """Adaptive's default: AdaScale at each commit; telemetry, explain and History show
-    the gain, the rate applied and the progress; the optimizer's variable keeps the
-    user's rate. BSP's default: no scaling."""
+    """Adaptive with AdaScale (an opt-in) at each commit; telemetry, explain and History
+    show the gain, the rate applied and the progress; the optimizer's variable keeps the
+    user's rate. The default: no scaling."""
     import tf_keras as keras
     from strategies import KSyncStrategy, KSyncTelemetryCallback
     from test_drop_in import DATA, check_counters, mlp_model
-    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive(refresh_every=10))
+    assert KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive()).lr_scaling is None
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive(refresh_every=10),
+                             lr_scaling="adascale")
     assert strategy.lr_scaling == "adascale"
     with strategy.scope():
         model = mlp_model()

@@ -116,7 +116,7 @@ class SimConfig:
     seed: int = 0
     # Each commit applies ``learning_rate`` times the gain of ``lr_scaling``
     # (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None; "auto" is the policy's
-    # own: "adascale" under `ksync.Adaptive`, None for the fixed rules), ``batch_size``
+    # own: None for every built-in rule, Adaptive included), ``batch_size``
     # being the base batch, capped at ``max_lr`` when given. "auto" by default, as
     # `strategies.KSyncStrategy`'s PS applies it: the simulator runs what the product runs.
     lr_scaling: str | None = lr_scaling.AUTO
