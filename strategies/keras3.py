@@ -84,7 +84,7 @@ def guard_other_backend(strategy_class) -> None:
     if backend is None or keras_version(keras) < (3, 0) or backend() == "tensorflow":
         return
     from keras.src.backend.common import variables
-    init = variables.KerasVariable.__init__
+    init = variables.Variable.__init__
     if getattr(init, "_ksync_guard", False):
         return
 
@@ -96,7 +96,7 @@ def guard_other_backend(strategy_class) -> None:
         init(self, *args, **kwargs)
 
     guarded._ksync_guard = True
-    variables.KerasVariable.__init__ = guarded
+    variables.Variable.__init__ = guarded
 
 
 def install(strategy_class, fit, evaluate, predict) -> None:

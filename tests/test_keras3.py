@@ -4,6 +4,7 @@ sharded variables and checkpoints: tests/two_ps_suite.py. The longer policy x
 steps_per_execution matrix against tf_keras: tests/keras3_matrix.py (on demand)."""
 
 import os
+import sys
 
 import keras
 import numpy as np
@@ -203,3 +204,24 @@ def test_an_untested_keras_version_is_refused_with_the_fix():
 
     with pytest.raises(ImportError, match=r"tested with Keras 3\.15.*pip install"):
         keras3.check_keras(Other)
+
+
+def test_the_scope_refuses_a_keras3_variable_on_another_backend(cluster, monkeypatch):
+    """The guard `KSyncStrategy.scope` installs when Keras 3 runs on another backend,
+    end to end on a real Keras 3 variable class (a JAX run showed the same error:
+    closing note of stop 55); the stand-in module only says which backend runs."""
+    from keras.src.backend.common import variables
+
+    class OnJax:
+        __version__ = keras.__version__
+
+        class backend:  # noqa: N801 (keras.backend.backend())
+            @staticmethod
+            def backend():
+                return "jax"
+
+    monkeypatch.setattr(variables.Variable, "__init__", variables.Variable.__init__)
+    monkeypatch.setitem(sys.modules, "keras", OnJax)
+    strategy = KSyncStrategy(cluster.resolver(), policy=ksync.ASP())
+    with strategy.scope(), pytest.raises(RuntimeError, match="'jax' backend"):
+        keras.Variable(1.0)
