@@ -134,8 +134,8 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
                               shuffle_seed=seed * 100003 + len(fit_errors))),
                           epochs=1, verbose=0, callbacks=[stopper],
                           steps_per_epoch=config.max_pushes - strategy.telemetry()["pushed"])
-            except (ClosureInputError, *_LOST_OUTPUTS) as err:
-                if not isinstance(err, ClosureInputError) and not lost_outputs(err):
+            except Exception as err:  # pylint: disable=broad-except
+                if not (isinstance(err, ClosureInputError) or lost_outputs(err)):
                     raise
                 # Both seen in soaks. TensorFlow failed to rebuild a restarted worker's
                 # input pipeline ('ContextSwitch' object has no attribute 'is_ref'); or
@@ -285,7 +285,7 @@ class _Stopper(keras_callbacks.Callback):
             if len(self._scheduled) > self.ahead:
                 try:
                     self._scheduled.popleft()()
-                except _LOST_OUTPUTS as err:
+                except tf.errors.OpError as err:
                     if not lost_outputs(err):
                         raise
                     self.lost_logs += 1  # finished on a worker preempted since
