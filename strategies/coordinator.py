@@ -32,6 +32,7 @@ from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 from tensorflow.python.framework import errors as tf_errors
 
 from ksync.policies import RECENT_STEPS
+from ksync.state import UpdateState
 from strategies.cluster_guard import ClusterRecovering, ClusterStopped, ClusterUnavailable
 
 #: seconds between re-checks while waiting, in case a notification is missed.
@@ -367,18 +368,15 @@ class _GatedClosureQueue:
             # TensorFlow's own failure handling (retry, or report to the user) sees the
             # error instead of a silent wait.
             return True
-        if int(gate["contributed"][worker]) != gate["version"]:
-            return True  # the round it joined has committed
-        if not gate["complete"]:
-            return False  # it joined the open round, which still needs others' gradients
-        # The round holds K gradients but has not committed: K was lowered after they
-        # arrived. A step that waits in the graph commits it (`wait_turn`): K lowered
-        # for the workers with steps left is only ever for such steps, so wait for it
-        # rather than push a second gradient into the round. Otherwise (a worker died,
-        # or a policy lowered K, with one push per step) only a push commits it: the
-        # next one does.
-        return not (self._strategy.rule_capped_for_work()
-                    or any(self.may_wait_in_graph(w) for w in list(self._started)))
+        # The one gate (`ksync.UpdateState.gate_opens`, which the simulator uses too) on
+        # what the PS says. A round that holds K gradients but has not committed is
+        # committed by a step waiting in the graph (`wait_turn`); K lowered for the
+        # workers with steps left is only ever for such steps.
+        return UpdateState.gate_opens(
+            wait=True, k=int(gate["k"]), version=int(gate["version"]),
+            pending=int(gate["pending"]), joined=int(gate["contributed"][worker]),
+            commits_in_graph=lambda: self._strategy.rule_capped_for_work() or any(
+                self.may_wait_in_graph(w) for w in list(self._started)))
 
     def get(self, timeout=None, tag=None):
         if tag is not None:

@@ -296,6 +296,24 @@ def test_a_round_completed_when_a_worker_died_commits_on_the_next_push(chief):
     c.refresh()
     assert c.strategy.rule.k == 2 and not c.strategy.rule_capped_for_work()
     assert c.may_start(0) and c.may_start(1)
+    # The simulator asks the same place (`UpdateState.may_start`) on its own state.
+    assert c.ps.ref.pending == c.ps.ref.rule.k == 2
+    assert c.ps.ref.may_start(0) and c.ps.ref.may_start(1)
+
+
+def test_the_coordinator_and_the_simulator_answer_the_gate_alike(chief):
+    """Each case of the gate (open round, full round committed by a push, full round
+    committed in the graph, committed round), asked of the coordinator on the PS's
+    gate state and of `UpdateState.may_start` on the same state, as the simulator asks."""
+    c = chief()
+    lowered_for_a_step_waiting_in_the_graph(c)  # full round, K lowered for work
+    in_graph = c.strategy.rule_capped_for_work()
+    answers = [(c.may_start(w), c.ps.ref.may_start(w, commits_in_graph=in_graph))
+               for w in range(N)]
+    assert answers == [(False, False), (False, False), (True, True)]
+    assert c.ps.ref.commit_complete_round()
+    assert [c.may_start(w) for w in range(N)] == [c.ps.ref.may_start(w) for w in range(N)] \
+        == [True, True, True]
 
 
 def test_a_worker_whose_gradient_came_stale_starts_at_once(chief):
