@@ -31,12 +31,11 @@ import weakref
 from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
 from tensorflow.python.framework import errors as tf_errors
 
+from ksync.controller import RefreshClock
 from ksync.policies import RECENT_STEPS
 from ksync.state import UpdateState
 from strategies.cluster_guard import ClusterRecovering, ClusterStopped, ClusterUnavailable
 
-#: seconds between re-checks while waiting, in case a notification is missed.
-_RECHECK_S = 0.5
 #: seconds between two refreshes by the monitor while steps run.
 _MONITOR_S = 0.25
 #: rounds the gate may follow by counting pushes before it reads the PS again. A
@@ -93,8 +92,8 @@ class _GatedClosureQueue:
         self._thread_tags = {}  # worker thread id -> worker index
         self._changed = threading.Condition()
         self._generation = 0  # steps finished; a change means the gate may have opened
-        self._since_refresh = 0
-        self._live = None  # live workers when last seen
+        # When a refresh is due (finished steps, live-set change, idle time).
+        self._clock = RefreshClock(strategy.controller)
         self._refreshes = 0  # rule refreshes finished (each may have changed the rule)
         self._snapshot_lock = threading.Lock()
         self._snapshot = None  # a _Snapshot
@@ -197,27 +196,24 @@ class _GatedClosureQueue:
     def _step_finished(self):
         strategy = self._strategy
         with self._changed:
-            self._since_refresh += 1
-            every = strategy.refresh_every
-            due = bool(every) and self._since_refresh >= every
-            if due:
-                self._since_refresh = 0
-            self._generation += 1
-            self._changed.notify_all()
             coordinator = getattr(strategy, "coordinator", None)
             live = tuple(coordinator.live_workers()) if coordinator else None
-            due = due or live != self._live
+            # The controller's clock says when a refresh is due (the simulator asks it
+            # the same questions): every `refresh_every` steps, or the live set changed.
+            due = self._clock.step_finished(time.monotonic(), live)
+            self._generation += 1
+            self._changed.notify_all()
         if due:
             self._refresh(live)
 
     def _refresh(self, live=None, wait=False, quiet=False):
         # An exception here would kill the coordinator's worker thread and hang training.
+        seen, live = live, None  # the live set a refresh made here has seen
         try:
             refreshed = self._strategy.refresh_rule(wait=wait)
             if refreshed:
                 self.reads["refresh"] += 1
-            if refreshed and live is not None:
-                self._live = live
+                live = seen
         except _StrategyGone:
             raise
         except ClusterUnavailable:
@@ -237,6 +233,7 @@ class _GatedClosureQueue:
                                   "keeping %s", self._strategy.rule.describe())
         with self._changed:
             # A new rule (e.g. K lowered to the live workers) may open the gate.
+            self._clock.refreshed(live, now=time.monotonic())
             self._generation += 1
             self._refreshes += 1
             self._changed.notify_all()
@@ -409,18 +406,22 @@ class _GatedClosureQueue:
                 break
             with self._changed:
                 # A step that finished during the check may have opened the gate.
+                # Also a re-check every `idle_s`, in case a notification is missed.
                 notified = self._changed.wait_for(lambda: self._generation != seen,
-                                                  _RECHECK_S)
+                                                  self._clock.idle_s)
+                idle = not notified and self._clock.idle_due(time.monotonic(),
+                                                             self.has_queued())
             if not notified:
-                if not self.has_queued():
+                if not idle:
                     # No step to let through: nothing to decide, and nothing to
                     # read. An idle gate polling the PS kept a coordinator nobody
                     # uses any more calling into the process's cluster.
                     notified = True  # the next check reads only if a step ended
                     continue
-                # Nothing finished for a while: a worker may have died, and K may
-                # have to follow the live workers for the round to complete; the
-                # next check reads the PS, whatever the counts guess.
+                # Nothing finished for a while (`ksync.controller.RefreshClock`): a
+                # worker may have died, and K may have to follow the live workers for
+                # the round to complete; the next check reads the PS, whatever the
+                # counts guess.
                 self._refresh()
 
     def monitor(self):

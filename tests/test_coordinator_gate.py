@@ -491,8 +491,8 @@ def test_a_worker_waiting_at_the_gate_with_no_step_queued_makes_no_call(chief, m
     read the PS. A coordinator nobody used any more (an earlier test's, in one process)
     kept polling this way, and its read crashed the chief while the next cluster was
     being rebuilt. Once a step is queued, the re-checks refresh and read again."""
-    monkeypatch.setattr(coordinator, "_RECHECK_S", 0.02)
     c = chief()
+    c.queue._clock.idle_s = 0.02
     start_round(c, 0, 1, 2)
     c.push_and_finish(0)
     before = c.queue.reads["gate"]
@@ -624,3 +624,24 @@ def test_a_lost_coordination_service_asks_for_another_rebuild():
                                                  "Coordination service is not enabled."))
     tick()
     assert not handler._cluster_due_for_update_or_finish.is_set()
+
+
+def test_the_coordinator_refreshes_when_the_controllers_clock_says(chief):
+    """The coordinator asks `ksync.controller.RefreshClock` (which the simulator can ask
+    the same way): under BSP (no periodic observation) the first finished step refreshes
+    (no refresh has seen the live workers), later ones do not, and the first step after
+    a worker died does."""
+    c = chief()
+    refreshes = lambda: c.queue.reads["refresh"]  # noqa: E731
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    assert refreshes() == 1
+    c.push_and_finish(1)
+    c.push_and_finish(2)
+    assert refreshes() == 1 and c.ps.ref.version == 1
+    c.strategy.coordinator._cluster.workers[2]._is_dead_with_error = True
+    c.schedule(Closure())
+    c.take(0)
+    c.took(0)
+    c.push_and_finish(0)
+    assert refreshes() == 2 and c.strategy.rule.k == 2
