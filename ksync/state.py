@@ -1,7 +1,7 @@
 """Pure-Python reference of the parameter-server update state.
 
 `UpdateState` applies a `Rule` to a sequence of pushes exactly as the TensorFlow PS
-state (`ksync.tf_state.PSUpdateState`) does, with counters instead of tensors. The
+state (`strategies.ps_state.PSUpdateState`) does, with counters instead of tensors. The
 discrete-event simulator uses it directly; tests use it as the oracle for the TF state.
 
 Example:

@@ -65,8 +65,8 @@ from tensorflow.python.ops import control_flow_v2_func_graphs, resource_variable
 
 import ksync
 from ksync import lr_scaling as lr_scaling_rules
-from ksync.tf_lr_scaling import describe as describe_lr_scaling
-from ksync.tf_state import Extras, PSUpdateState
+from strategies.ps_lr_scaling import describe as describe_lr_scaling
+from strategies.ps_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
 from strategies import keras3
 from strategies.allocation import BatchAllocation
@@ -89,7 +89,7 @@ class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
 
     An update whose argument is a gradient joins the push. Any other update (tf_keras's
     decoupled weight decay takes no argument, its EMA takes the model variable) is an
-    extra of the step (`ksync.tf_state.Extras`): the PS runs it once per model update,
+    extra of the step (`strategies.ps_state.Extras`): the PS runs it once per model update,
     with the update's gradients, never once per pushed gradient."""
 
     _collecting = None  # the _Step being traced
