@@ -26,12 +26,12 @@ import threading
 import time
 import weakref
 
-from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
-from tensorflow.python.framework import errors as tf_errors
+import tensorflow as tf
 
 from ksync.controller import RefreshClock
 from ksync.state import UpdateState
 from strategies.cluster_guard import ClusterRecovering, ClusterStopped, ClusterUnavailable
+from strategies.compat import ClusterCoordinator, ResourceClosure
 from strategies.gate_cache import GateCache
 from strategies.worker_timing import WorkerTiming
 
@@ -191,7 +191,7 @@ class _GatedClosureQueue:
         except Exception as e:  # pylint: disable=broad-except
             if not self._queue._should_process_closures:
                 pass  # shutting down: the PS may already be gone
-            elif quiet or isinstance(e, tf_errors.OpError):
+            elif quiet or isinstance(e, tf.errors.OpError):
                 # The PS is unreachable (the steps report that to the user) or the
                 # monitor will try again in a moment: one line, no traceback.
                 logging.warning("ksync: could not refresh the synchronisation rule "
@@ -294,7 +294,7 @@ class _GatedClosureQueue:
                 pass  # no gate without a strategy: the stock queue answers
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
-                closure, cc.ResourceClosure):
+                closure, ResourceClosure):
             self._timing.start(tag, time.monotonic(), closure)
             try:
                 if self._strategy.rule_capped_for_work():
@@ -354,7 +354,7 @@ def _monitor(queue_ref):
         del queue
 
 
-class KSyncCoordinator(cc.ClusterCoordinator):
+class KSyncCoordinator(ClusterCoordinator):
     """`ClusterCoordinator` whose workers respect the strategy's synchronisation rule."""
 
     def __init__(self, strategy):

@@ -24,10 +24,9 @@ import collections
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.experimental.ops import testing as tf_data_testing
-from tensorflow.python.ops import resource_variable_ops
 
 from ksync.rule import Rule
+from strategies import compat
 from strategies.ps_lr_scaling import SLOTS as LR_SLOTS, PSLRScaling, committing
 
 #: staleness histogram bins: 0 .. STALENESS_BINS - 2, and one bin for anything larger.
@@ -88,7 +87,7 @@ def sleep_us(microseconds):
     which would double the delay.
     """
     return tf.data.Dataset.from_tensors(tf.constant(0)).apply(
-        tf_data_testing.sleep(microseconds)).take(1).get_single_element()
+        compat.sleep_dataset(microseconds)).take(1).get_single_element()
 
 
 def _scale(grad, factor):
@@ -283,7 +282,7 @@ class PSUpdateState:
             # never partitioned again (the variable already is one shard).
             def plain(next_creator, **kwargs):
                 del next_creator
-                return resource_variable_ops.ResourceVariable(**kwargs)
+                return compat.ResourceVariable(**kwargs)
 
             with tf.init_scope(), tf.device(var.device), tf.variable_creator_scope(plain):
                 self._accumulators[key] = tf.Variable(

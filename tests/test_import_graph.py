@@ -193,6 +193,20 @@ def test_the_ksync_core_imports_no_tensorflow():
     assert tensorflow_imports("strategies.ps_state", known["strategies.ps_state"])
 
 
+def test_private_tensorflow_apis_are_imported_by_the_adapter_only():
+    """`strategies.compat` names every private TensorFlow module ksync uses and why; no
+    other module of the four packages imports ``tensorflow.python``."""
+    known = modules()
+    private = {m: {t for t in tensorflow_imports(m, path) if t.startswith("tensorflow.python")}
+               for m, path in known.items()}
+    users = {m for m, found in private.items() if found}
+    assert users == {"strategies.compat"}, users
+    doc = ast.get_docstring(ast.parse(known["strategies.compat"].read_text()))
+    for module in private["strategies.compat"]:
+        named = module if module in doc else module.rpartition(".")[0]
+        assert named in doc, f"strategies/compat.py does not say what {module} is for"
+
+
 def test_import_ksync_loads_no_tensorflow():
     import subprocess
     import sys
