@@ -20,7 +20,7 @@ slow.set_speeds([1.0, 1.0, 0.5, 0.25], us_per_sample=300)
 import tf_keras as keras
 import tensorflow as tf
 
-from ksync.tf_state import sleep_us
+from strategies.ps_state import sleep_us
 
 
 def per_sample_delays_us(us_per_sample: float, speeds) -> list[float]:

@@ -7,7 +7,7 @@ the literature `Rennala`, `Ringmaster`, `AdaSync`, `SyncSwitch`,
 `Context`); `UpdateState` is the reference of what the PS does with it; `RuleController`
 is the control loop around a policy that the strategy and the simulator share, and keeps
 each run's history of rules with their reasons.
-The TensorFlow state that executes a rule on the PS lives in `ksync.tf_state` and is
+The TensorFlow state that executes a rule on the PS lives in `strategies.ps_state` and is
 imported only by the strategy.
 
 `ksync` is also the package's public face: `ksync.KSyncStrategy`, its callbacks

@@ -116,6 +116,77 @@ def staleness_quantile(hist, q: float) -> int | None:
     return int(np.searchsorted(np.cumsum(hist), q * total))
 
 
+#: seconds without a finished step (or a refresh) after which a run with a worker
+#: waiting at the gate and steps queued refreshes its rule: a worker may have died,
+#: and K may have to follow the live workers for the round to complete.
+IDLE_S = 0.5
+
+
+class RefreshClock:
+    """When a run refreshes its rule: every `RuleController.refresh_every` finished
+    steps, when the set of live workers changes, and after ``idle_s`` seconds with no
+    finished step while a worker waits at the gate and steps are queued.
+
+    Pure Python and no clock of its own: callers pass the time (the strategy's
+    coordinator its monotonic clock, the simulator its simulated one), so both ask the
+    same questions at the same moments. Not thread-safe: the coordinator calls it under
+    its condition's lock.
+
+    >>> import ksync
+    >>> clock = RefreshClock(RuleController(ksync.AdaSync(refresh_every=2), num_workers=2))
+    >>> clock.step_finished(now=0.1, live=(0, 1))   # no refresh has seen these workers
+    True
+    >>> clock.refreshed(live=(0, 1), now=0.1)
+    >>> [clock.step_finished(now=t, live=(0, 1)) for t in (0.2, 0.3, 0.4)]
+    [True, False, True]
+    >>> clock.step_finished(now=0.5, live=(0,))      # worker 1 is gone
+    True
+    >>> clock.next_idle_check(), clock.idle_due(now=0.9, steps_queued=True)
+    (1.0, False)
+    >>> clock.idle_due(now=1.0, steps_queued=True), clock.idle_due(now=1.0, steps_queued=False)
+    (True, False)
+    """
+
+    def __init__(self, controller: "RuleController", idle_s: float = IDLE_S):
+        if not (isinstance(idle_s, (int, float)) and idle_s > 0):
+            raise ValueError(f"idle_s must be a number of seconds > 0, got {idle_s!r}.")
+        self.controller = controller
+        self.idle_s = float(idle_s)
+        self._since_refresh = 0   # finished steps since the last one that was due
+        self._live = None         # the live workers the last refresh saw
+        self._last_event = None   # time of the last finished step or refresh
+
+    def step_finished(self, now: float, live) -> bool:
+        """Count a step finished at ``now`` with ``live`` workers (None: not known);
+        whether a refresh is due."""
+        self._last_event = now
+        self._since_refresh += 1
+        every = self.controller.refresh_every
+        due = bool(every) and self._since_refresh >= every
+        if due:
+            self._since_refresh = 0
+        return due or (None if live is None else tuple(live)) != self._live
+
+    def refreshed(self, live=None, now: float | None = None) -> None:
+        """A refresh was made (with the ``live`` workers it was asked for, if any)."""
+        if live is not None:
+            self._live = tuple(live)
+        if now is not None:
+            self._last_event = now
+
+    def next_idle_check(self) -> float | None:
+        """When a caller with a worker waiting at the gate should ask `idle_due` (None:
+        nothing has happened yet to count from)."""
+        return None if self._last_event is None else self._last_event + self.idle_s
+
+    def idle_due(self, now: float, steps_queued: bool) -> bool:
+        """Whether a refresh is due at ``now`` for want of progress: ``idle_s`` since
+        the last finished step or refresh, with steps queued (with none, there is
+        nothing to let through and nothing to decide)."""
+        return steps_queued and (self._last_event is None
+                                 or now - self._last_event >= self.idle_s)
+
+
 class RuleController:
     """The refresh protocol of one run: the policy, the rule that runs and the schedule.
 

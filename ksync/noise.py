@@ -13,7 +13,7 @@ The simple noise scale is ``B_simple = tr(S) / |G|^2``: the batch at which the g
 noise equals the signal. One round's estimate is very noisy (it can be negative); sum
 the numerators and denominators over many rounds before dividing, as the paper does.
 
-`RoundNoise` accumulates one round; the PS (`ksync.tf_state`) and the simulator keep
+`RoundNoise` accumulates one round; the PS (`strategies.ps_state`) and the simulator keep
 the cumulative sums ``(|G|^2, tr(S), rounds)`` that `ksync.RuleController` windows.
 
 Example: 4 gradients of 8 samples from a distribution with |G|^2 = 1, tr(S) = 16.

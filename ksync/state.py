@@ -1,7 +1,7 @@
 """Pure-Python reference of the parameter-server update state.
 
 `UpdateState` applies a `Rule` to a sequence of pushes exactly as the TensorFlow PS
-state (`ksync.tf_state.PSUpdateState`) does, with counters instead of tensors. The
+state (`strategies.ps_state.PSUpdateState`) does, with counters instead of tensors. The
 discrete-event simulator uses it directly; tests use it as the oracle for the TF state.
 
 Example:
@@ -66,7 +66,8 @@ class UpdateState:
 
     def set_rule(self, rule: Rule) -> None:
         """Switch rule; a round that now has enough gradients commits when a waiting
-        worker calls `commit_complete_round` or on the next push."""
+        worker calls `commit_complete_round` or on the next push (`gate_opens` lets
+        a worker of that round through to make it)."""
         self.rule = rule
 
     def commit_complete_round(self) -> bool:
@@ -110,9 +111,51 @@ class UpdateState:
         if self.scaling is not None:
             self.scaling.observe(signal, trace)
 
-    def may_start(self, worker: int) -> bool:
-        """Whether `worker` may start a step now (False: it waits for the next version)."""
-        return not (self.rule.wait and self.contributed[worker] == self.version)
+    def may_start(self, worker: int, commits_in_graph=False) -> bool:
+        """Whether `worker` may start a step now (False: it waits for the next version):
+        `gate_opens` on this state. ``commits_in_graph`` as there.
+
+        >>> state = UpdateState(num_workers=3, rule=Rule(k=3, wait=True, max_staleness=0))
+        >>> _ = state.push(worker=0, version_read=0, samples=8)
+        >>> state.may_start(0)          # it joined the open round, which needs 2 more
+        False
+        >>> state.set_rule(Rule(k=1, wait=True, max_staleness=0))
+        >>> state.may_start(0)          # the round is full: its next push commits it
+        True
+        """
+        return self.gate_opens(wait=self.rule.wait, k=self.rule.k, version=self.version,
+                               pending=self.pending, joined=self.contributed[worker],
+                               commits_in_graph=commits_in_graph)
+
+    @staticmethod
+    def gate_opens(*, wait: bool, k: int, version: int, pending: int, joined: int,
+                   commits_in_graph=False) -> bool:
+        """The gate, decided in one place for the strategy's coordinator (on the PS's
+        `gate_state`) and the simulator (on this state): whether a worker that last
+        joined the round of version ``joined`` may start a step, with the PS at
+        ``version`` holding ``pending`` gradients of a round that commits at ``k``.
+
+        - a rule without ``wait``: always;
+        - the round the worker joined has committed (``joined != version``): yes;
+        - it joined the open round and the round needs more gradients: no, it waits;
+        - it joined a round that holds K gradients but has not committed (K was lowered
+          after they arrived: a worker died, the others have no steps left, or the
+          policy lowered K): a step that waits in the graph on the PS commits it
+          (``commits_in_graph``: a bool, or a function asked only in this case), so
+          the worker waits for that rather than push a second gradient into the
+          round; otherwise only a push commits it, and this worker's next one does.
+
+        >>> UpdateState.gate_opens(wait=True, k=2, version=4, pending=2, joined=4)
+        True
+        >>> UpdateState.gate_opens(wait=True, k=2, version=4, pending=2, joined=4,
+        ...                        commits_in_graph=lambda: True)
+        False
+        """
+        if not wait or joined != version:
+            return True
+        if pending < k:
+            return False
+        return not (commits_in_graph() if callable(commits_in_graph) else commits_in_graph)
 
     def push(self, worker: int, version_read: int, samples: float,
              finite: bool = True) -> PushResult:

@@ -13,11 +13,11 @@ returns **unbatched** examples, repeated as needed; the strategy batches them pe
 """
 
 import logging
-import sys
 import threading
 
 import tensorflow as tf
 
+from strategies import compat
 from strategies.batching import dynamic_batches, looks_batched
 
 # How a dataset_fn reaches the strategy, in fit and in a custom loop.
@@ -55,7 +55,7 @@ class BatchAllocation:
             if per_worker is None:
                 return  # no worker copy yet: each is created holding the first size
             for worker, remote in enumerate(per_worker._values):  # pylint: disable=protected-access
-                variable = _ready_variable(remote)
+                variable = compat.ready_remote_value(remote)
                 if variable is None or (not changed and self._assigned.get(worker) is variable):
                     continue
                 try:
@@ -91,22 +91,9 @@ class BatchAllocation:
         return dataset
 
 
-def _ready_variable(remote):
-    """The variable of a per-worker `RemoteValue` once it exists on its worker, else
-    None (being created, or its worker failed): never waits for it."""
-    # pylint: disable=protected-access
-    return remote._values if remote._status_available_event.is_set() else None
-
-
 def _for_evaluation(dataset) -> bool:
     """Whether ``dataset`` is being distributed for evaluate, predict or fit's validation
     (which fit prepares itself, from its local ``val_x``): the innermost Keras entry
     point on the stack says. False for fit's training input and outside Keras."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if (frame.f_globals.get("__name__", "").startswith("tf_keras")
-                and frame.f_code.co_name in ("fit", "evaluate", "predict")):
-            return (frame.f_code.co_name != "fit"
-                    or frame.f_locals.get("val_x") is dataset)
-        frame = frame.f_back
-    return False
+    entry, validation = compat.keras_entry_point_for(dataset, depth=2)
+    return entry is not None and (entry != "fit" or validation)

@@ -49,8 +49,9 @@ telemetry = guard.call(state.counters, wait=True)   # from the user's thread
 import logging
 import time
 
-from tensorflow.python.eager import context as _context
-from tensorflow.python.framework import errors as _errors
+import tensorflow as tf
+
+from strategies import compat
 
 _log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class ClusterGuard:
         again, every few seconds, as TensorFlow retries a rebuild itself."""
         try:
             self._poll(*args)
-        except _errors.FailedPreconditionError as err:
+        except tf.errors.FailedPreconditionError as err:
             if "coordination service is not enabled" not in str(err).lower():
                 raise
             if not self._handler._should_preemption_thread_run:  # pylint: disable=protected-access
@@ -171,7 +172,7 @@ class ClusterGuard:
 
 def connected_server_def():
     """The server def the process's eager context is connected with (None: none)."""
-    return _context.context().get_server_def()
+    return compat.connected_server_def()
 
 
 __all__ = ["ClusterGuard", "ClusterUnavailable", "ClusterRecovering", "ClusterStopped",

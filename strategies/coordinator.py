@@ -21,42 +21,22 @@ remote call then could crash the chief in native code); once the cluster is whol
 the gate reads as before. After shutdown or a lost PS nothing reads any more.
 """
 
-import collections
 import logging
-import statistics
 import threading
 import time
 import weakref
 
-from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
-from tensorflow.python.framework import errors as tf_errors
+import tensorflow as tf
 
-from ksync.policies import RECENT_STEPS
+from ksync.controller import RefreshClock
+from ksync.state import UpdateState
 from strategies.cluster_guard import ClusterRecovering, ClusterStopped, ClusterUnavailable
+from strategies.compat import ClusterCoordinator, ResourceClosure
+from strategies.gate_cache import GateCache
+from strategies.worker_timing import WorkerTiming
 
-#: seconds between re-checks while waiting, in case a notification is missed.
-_RECHECK_S = 0.5
 #: seconds between two refreshes by the monitor while steps run.
 _MONITOR_S = 0.25
-#: rounds the gate may follow by counting pushes before it reads the PS again. A
-#: gradient the PS dropped (non-finite) makes a counted commit wrong; the next read
-#: finds that out, so this bounds the rounds such a guess can stay wrong.
-_COUNTED_ROUNDS = 8
-
-
-class _Snapshot(collections.namedtuple(
-        "_Snapshot", "generation pushes gate read_end refreshes counted")):
-    """The gate as last known: ``gate`` (`PSUpdateState.gate_state`) as read at step
-    ``generation`` with ``pushes`` pushes counted, the read ending at monotonic time
-    ``read_end``, after ``refreshes`` rule refreshes, and moved on by ``counted`` rounds
-    counted since that read (`_GatedClosureQueue._counted_free`)."""
-
-    def let_through(self, push) -> bool:
-        """Whether ``push`` (a worker's last push: pushes counted after it, when its
-        step began) came after this snapshot from a step begun after it."""
-        return push is not None and push[0] > self.pushes and push[1] >= self.read_end
-
-
 class _StrategyGone(ClusterStopped):
     """The strategy this queue gates for was dropped by its user."""
 
@@ -72,37 +52,41 @@ class _GatedClosureQueue:
     its threads, its failure handler and the handler's poller of the coordination
     service calling into the process's eager context, whichever cluster that was
     connected to then. Once the strategy is gone the gate lets every step through to
-    the stock queue (which returns None once the coordinator stopped it)."""
+    the stock queue (which returns None once the coordinator stopped it).
+
+    Its state is in three pure classes, each tested without threads: `WorkerTiming`
+    (steps and their times), `ksync.controller.RefreshClock` (when a refresh is due)
+    and `GateCache` (the gate known without a read). This class adds the threads.
+
+    Locks, in the order they may be taken (a thread holding one takes only those after
+    it, never one before):
+
+    1. ``strategy.rule_lock`` (`KSyncStrategy.refresh_rule`): one refresh at a time.
+       Taken with neither lock below held: `_refresh` runs outside them.
+    2. ``_snapshot_lock``: guards ``_cache`` and ``reads["gate"]``; held across a read
+       of the PS so that threads checking together share one read.
+    3. ``_changed`` (a condition): guards ``_generation``, ``_refreshes``, ``_clock``,
+       ``reads["refresh"]`` and ``_timing.retried``; worker threads wait on it at the
+       gate. Nothing under it takes another lock or calls the cluster.
+    4. TensorFlow's cluster update lock, taken by `ClusterGuard` around every remote
+       call (the gate read under 2, the refresh under 1).
+
+    Without a lock: each worker's entries in ``_timing`` and ``_thread_tags``, written
+    only by that worker's own thread (readers copy before iterating)."""
 
     def __init__(self, queue, strategy, num_workers):
         self._queue = queue
         self._strategy_ref = weakref.ref(strategy)
-        # Wall time each worker spent executing closures (input, compute, push): the
-        # iteration time policies and the batch allocator see, slowdowns included.
-        self.busy_s = [0.0] * num_workers
-        self.steps = [0] * num_workers
-        self.recent = [collections.deque(maxlen=RECENT_STEPS) for _ in range(num_workers)]
-        self.retried = 0  # closures put back after a worker failed while running them
         self.reads = {"gate": 0, "refresh": 0}  # the chief's reads of the PS, by purpose
-        # worker -> (start time, weak reference to the closure) of the step it is running:
-        # weak, as TensorFlow drops a closure once processed (a closure held here, e.g.
-        # one cancelled after its worker failed, would hold its function and through it
-        # the strategy and coordinator, whose destructor stops the threads).
-        self._started = {}
         self._thread_tags = {}  # worker thread id -> worker index
-        self._changed = threading.Condition()
+        # The pure parts, each behind the lock named in the class docstring.
+        self._timing = WorkerTiming(num_workers)        # steps and their times
+        self._clock = RefreshClock(strategy.controller)  # when a refresh is due
+        self._cache = GateCache(num_workers)            # the gate known without a read
+        self._snapshot_lock = threading.Lock()          # guards _cache
+        self._changed = threading.Condition()           # guards the counts below, _clock
         self._generation = 0  # steps finished; a change means the gate may have opened
-        self._since_refresh = 0
-        self._live = None  # live workers when last seen
         self._refreshes = 0  # rule refreshes finished (each may have changed the rule)
-        self._snapshot_lock = threading.Lock()
-        self._snapshot = None  # a _Snapshot
-        # Pushes of finished steps, counted where the step's function is known to push
-        # exactly once (`KSyncStrategy.pushes_per_call`); `None` once a step whose
-        # pushes are not known has finished since.
-        self._pushes = 0
-        # Each worker's last push: (self._pushes after it, when the step of it began).
-        self._last_push = [None] * num_workers
 
     @property
     def _strategy(self):
@@ -128,11 +112,8 @@ class _GatedClosureQueue:
         # TensorFlow re-queues the closure of a failed worker (from that worker's thread)
         # for another worker: the failed attempt is not a step, its time not the worker's.
         tag = self._thread_tags.get(threading.get_ident())
-        started = self._started.get(tag)
-        if started is not None and started[1]() is closure:
-            del self._started[tag]
-            with self._changed:
-                self.retried += 1
+        with self._changed:
+            self._timing.put_back(tag, closure)
         return self._queue.put_back(closure)
 
     # A worker thread ends a step with one of these, before the step counts as done for
@@ -147,40 +128,32 @@ class _GatedClosureQueue:
     def mark_failed(self, e):
         # An error in the step itself (not a worker failure): it ends training and is
         # not a step with a time worth counting.
-        self._started.pop(self._thread_tags.get(threading.get_ident()), None)
+        self._timing.fail(self._thread_tags.get(threading.get_ident()))
         return self._queue.mark_failed(e)
 
     def _end_step(self):
         tag = self._thread_tags.get(threading.get_ident())
-        started = self._started.pop(tag, None)
-        if started is not None:
-            elapsed = time.monotonic() - started[0]
-            self.busy_s[tag] += elapsed
-            self.steps[tag] += 1
-            self.recent[tag].append(elapsed)
-            pushes = self._pushes_of(started)
+        ended = self._timing.end(tag, time.monotonic())
+        if ended is not None:
+            began, closure = ended
+            pushes = self._pushes_of(closure)
             with self._snapshot_lock:
-                if pushes == 1 and self._pushes is not None:
-                    self._pushes += 1
-                    self._last_push[tag] = (self._pushes, started[0])
-                elif pushes != 0:
-                    self._pushes = None  # unknown from now on: every check reads
-                    self._last_push[tag] = None
+                self._cache.step_ended(tag, pushes, began)
 
     def running_workers(self):
         """Workers running a step now."""
-        return set(self._started)
+        return self._timing.running()
 
     def may_wait_in_graph(self, worker) -> bool:
         """Whether ``worker`` runs a step now whose function may wait in the graph for
         a round (several pushes, or pushes not known); a step of one push or none
         comes back to the gate instead."""
-        started = self._started.get(worker)
-        return started is not None and self._pushes_of(started) not in (0, 1)
+        started = self._timing.started(worker)
+        return started is not None and self._pushes_of(started[1]) not in (0, 1)
 
-    def _pushes_of(self, started):
-        """`KSyncStrategy.pushes_per_call` of a running step (None: not known)."""
-        closure = started[1]()  # alive while its worker thread runs it
+    def _pushes_of(self, closure):
+        """`KSyncStrategy.pushes_per_call` of a step's closure (None: not known, or the
+        closure is gone; it is alive while its worker thread runs it)."""
         return None if closure is None else self._strategy.pushes_per_call(closure)
 
     def has_queued(self) -> bool:
@@ -189,34 +162,28 @@ class _GatedClosureQueue:
 
     def in_flight_s(self):
         """Seconds each worker has been running its current step (None: not running)."""
-        now = time.monotonic()
-        started = dict(self._started)
-        return [now - started[w][0] if w in started else None for w in range(len(self.steps))]
+        return self._timing.in_flight_s(time.monotonic())
 
     def _step_finished(self):
         strategy = self._strategy
         with self._changed:
-            self._since_refresh += 1
-            every = strategy.refresh_every
-            due = bool(every) and self._since_refresh >= every
-            if due:
-                self._since_refresh = 0
-            self._generation += 1
-            self._changed.notify_all()
             coordinator = getattr(strategy, "coordinator", None)
             live = tuple(coordinator.live_workers()) if coordinator else None
-            due = due or live != self._live
+            # The controller's clock says when a refresh is due (the simulator asks it
+            # the same questions): every `refresh_every` steps, or the live set changed.
+            due = self._clock.step_finished(time.monotonic(), live)
+            self._generation += 1
+            self._changed.notify_all()
         if due:
             self._refresh(live)
 
     def _refresh(self, live=None, wait=False, quiet=False):
         # An exception here would kill the coordinator's worker thread and hang training.
+        seen, live, refreshed = live, None, False
         try:
             refreshed = self._strategy.refresh_rule(wait=wait)
             if refreshed:
-                self.reads["refresh"] += 1
-            if refreshed and live is not None:
-                self._live = live
+                live = seen  # the live set this refresh has seen
         except _StrategyGone:
             raise
         except ClusterUnavailable:
@@ -224,7 +191,7 @@ class _GatedClosureQueue:
         except Exception as e:  # pylint: disable=broad-except
             if not self._queue._should_process_closures:
                 pass  # shutting down: the PS may already be gone
-            elif quiet or isinstance(e, tf_errors.OpError):
+            elif quiet or isinstance(e, tf.errors.OpError):
                 # The PS is unreachable (the steps report that to the user) or the
                 # monitor will try again in a moment: one line, no traceback.
                 logging.warning("ksync: could not refresh the synchronisation rule "
@@ -236,6 +203,8 @@ class _GatedClosureQueue:
                                   "keeping %s", self._strategy.rule.describe())
         with self._changed:
             # A new rule (e.g. K lowered to the live workers) may open the gate.
+            self._clock.refreshed(live, now=time.monotonic())
+            self.reads["refresh"] += int(refreshed)
             self._generation += 1
             self._refreshes += 1
             self._changed.notify_all()
@@ -248,98 +217,38 @@ class _GatedClosureQueue:
         started at generation >= ``seen`` reflects every push this thread knows of;
         threads checking together share one read instead of one PS call each."""
         with self._snapshot_lock:
-            if self._snapshot is None or self._snapshot.generation < seen:
+            if not self._cache.fresh(seen):
                 with self._changed:
                     started, refreshes = self._generation, self._refreshes
-                if self._pushes is None:
-                    # This read sees every push of the steps finished so far.
-                    self._pushes, self._last_push = 0, [None] * len(self._last_push)
-                pushes = self._pushes
+                pushes = self._cache.begin_read()
                 gate = self._strategy.gate_state()
                 self.reads["gate"] += 1
-                self._snapshot = _Snapshot(started, pushes, gate, time.monotonic(),
-                                           refreshes, 0)
-            return self._snapshot.gate
+                self._cache.record_read(started, pushes, gate, time.monotonic(), refreshes)
+            return self._cache.snapshot.gate
 
     def _free_since_read(self, worker) -> bool:
-        """Whether ``worker`` may start, known without reading the PS: the last read
-        found it outside the open round and it has pushed nothing since."""
+        """`GateCache.free_since_read`."""
         with self._snapshot_lock:
-            snapshot = self._snapshot
-            if snapshot is None or self._pushes is None:
-                return False
-            gate, mine = snapshot.gate, self._last_push[worker]
-            return int(gate["contributed"][worker]) != int(gate["version"]) and \
-                (mine is None or mine[0] <= snapshot.pushes)
+            return self._cache.free_since_read(worker)
 
     def _surely_waits(self, worker) -> bool:
-        """Whether ``worker`` must wait, known without reading the PS: its last step
-        began after the last read and pushed one gradient, and the pushes since that
-        read cannot have filled the round open then (pending + pushes since < K), so
-        its gradient was computed at that round's version and joined it (with
-        `_counted_free`, a read in several rounds under BSP instead of one a step). A
-        step that began before the read may have computed a gradient the round's commit made stale, which the
-        PS dropped: its worker is free to start, and guessing "wait" would idle it
-        until some other step ends, out of phase with the rounds (seen on 8 workers
-        under K-sync: a fast worker whose gradients kept arriving just after the round
-        closed, its place taken by a slower one). A gradient the PS dropped as
-        non-finite makes the guess wrong until the next push or refresh reads."""
+        """`GateCache.surely_waits` under the rule the chief runs."""
+        k = self._strategy.rule.k
         with self._snapshot_lock:
-            if self._snapshot is None or self._pushes is None:
-                return False
-            snapshot = self._snapshot
-            if snapshot.gate["complete"] or not snapshot.let_through(self._last_push[worker]):
-                return False
-            return snapshot.gate["pending"] + (self._pushes - snapshot.pushes) < \
-                self._strategy.rule.k
+            return self._cache.surely_waits(worker, k)
 
     def _counted_free(self, worker) -> bool:
-        """Whether ``worker`` may start, known by counting pushes instead of reading
-        the PS: the round its last gradient joined has surely committed.
-
-        Under a rule that waits with K equal to the number of workers (BSP), a round
-        commits exactly when each worker has pushed into it once. Every step begun after
-        the last snapshot was let through by it, so it computed its gradient at the
-        snapshot's version, which cannot move on before all of them have pushed: once
-        each worker not in the round at the snapshot has pushed from such a step, the
-        round has committed, and the snapshot moves on to the next round ("counted")
-        with no read. A worker whose last push came before a counted snapshot joined a
-        round that has committed. Under BSP this leaves one read of the PS in
-        ``_COUNTED_ROUNDS + 1`` rounds, and one after each refresh (it may change the
-        rule). A gradient the PS dropped as non-finite makes the count wrong: its round
-        has not committed, and a worker let through pushes a second gradient into it
-        (fresh, computed at the round's version; the round commits with it), the others'
-        next gradients arrive stale and are dropped. The next read puts the gate right
-        and shows the PS has dropped a non-finite gradient: from then on the gate reads
-        every round (a worker that made one may make more)."""
+        """`GateCache.counted_free` under the rule the chief runs."""
         strategy = self._strategy
-        rule, n = strategy.rule, len(self.steps)
+        rule = strategy.rule
+        coordinator = getattr(strategy, "coordinator", None)
+        live = None if coordinator is None else len(coordinator.live_workers())
         with self._snapshot_lock:
-            snapshot, mine = self._snapshot, self._last_push[worker]
-            if snapshot is None or self._pushes is None:
-                return False
-            if snapshot.counted and mine is not None and mine[0] <= snapshot.pushes:
-                return True
-            coordinator = getattr(strategy, "coordinator", None)
-            if not rule.wait or rule.k != n or snapshot.gate["complete"] \
-                    or snapshot.gate["nonfinite"] \
-                    or snapshot.counted >= _COUNTED_ROUNDS or coordinator is None \
-                    or len(coordinator.live_workers()) != n:
-                return False
             with self._changed:
                 generation, refreshes = self._generation, self._refreshes
-            if refreshes != snapshot.refreshes:
-                return False
-            version = int(snapshot.gate["version"])
-            if not all(int(joined) == version or snapshot.let_through(self._last_push[w])
-                       for w, joined in enumerate(snapshot.gate["contributed"])):
-                return False
-            gate = dict(snapshot.gate, version=version + 1, pending=0, complete=False,
-                        contributed=[version] * n)
-            self._snapshot = snapshot._replace(
-                generation=generation, pushes=self._pushes, gate=gate,
-                read_end=time.monotonic(), counted=snapshot.counted + 1)
-            return True
+            return self._cache.counted_free(
+                worker, wait=rule.wait, k=rule.k, live=live, generation=generation,
+                refreshes=refreshes, now=time.monotonic())
 
     def _may_start(self, worker, seen, read=False):
         queue = self._queue
@@ -367,18 +276,15 @@ class _GatedClosureQueue:
             # TensorFlow's own failure handling (retry, or report to the user) sees the
             # error instead of a silent wait.
             return True
-        if int(gate["contributed"][worker]) != gate["version"]:
-            return True  # the round it joined has committed
-        if not gate["complete"]:
-            return False  # it joined the open round, which still needs others' gradients
-        # The round holds K gradients but has not committed: K was lowered after they
-        # arrived. A step that waits in the graph commits it (`wait_turn`): K lowered
-        # for the workers with steps left is only ever for such steps, so wait for it
-        # rather than push a second gradient into the round. Otherwise (a worker died,
-        # or a policy lowered K, with one push per step) only a push commits it: the
-        # next one does.
-        return not (self._strategy.rule_capped_for_work()
-                    or any(self.may_wait_in_graph(w) for w in list(self._started)))
+        # The one gate (`ksync.UpdateState.gate_opens`, which the simulator uses too) on
+        # what the PS says. A round that holds K gradients but has not committed is
+        # committed by a step waiting in the graph (`wait_turn`); K lowered for the
+        # workers with steps left is only ever for such steps.
+        return UpdateState.gate_opens(
+            wait=True, k=int(gate["k"]), version=int(gate["version"]),
+            pending=int(gate["pending"]), joined=int(gate["contributed"][worker]),
+            commits_in_graph=lambda: self._strategy.rule_capped_for_work() or any(
+                self.may_wait_in_graph(w) for w in self.running_workers()))
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
@@ -388,8 +294,8 @@ class _GatedClosureQueue:
                 pass  # no gate without a strategy: the stock queue answers
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
-                closure, cc.ResourceClosure):
-            self._started[tag] = (time.monotonic(), weakref.ref(closure))
+                closure, ResourceClosure):
+            self._timing.start(tag, time.monotonic(), closure)
             try:
                 if self._strategy.rule_capped_for_work():
                     # K was lowered because the other workers had no steps left; steps
@@ -411,23 +317,27 @@ class _GatedClosureQueue:
                 break
             with self._changed:
                 # A step that finished during the check may have opened the gate.
+                # Also a re-check every `idle_s`, in case a notification is missed.
                 notified = self._changed.wait_for(lambda: self._generation != seen,
-                                                  _RECHECK_S)
+                                                  self._clock.idle_s)
+                idle = not notified and self._clock.idle_due(time.monotonic(),
+                                                             self.has_queued())
             if not notified:
-                if not self.has_queued():
+                if not idle:
                     # No step to let through: nothing to decide, and nothing to
                     # read. An idle gate polling the PS kept a coordinator nobody
                     # uses any more calling into the process's cluster.
                     notified = True  # the next check reads only if a step ended
                     continue
-                # Nothing finished for a while: a worker may have died, and K may
-                # have to follow the live workers for the round to complete; the
-                # next check reads the PS, whatever the counts guess.
+                # Nothing finished for a while (`ksync.controller.RefreshClock`): a
+                # worker may have died, and K may have to follow the live workers for
+                # the round to complete; the next check reads the PS, whatever the
+                # counts guess.
                 self._refresh()
 
     def monitor(self):
         """One monitor tick: refresh the rule while steps run (see the module doc)."""
-        if self._strategy.waits_in_graph and (self._started or self.has_queued()):
+        if self._strategy.waits_in_graph and (self._timing.running() or self.has_queued()):
             self._refresh(quiet=True)
 
 
@@ -444,7 +354,7 @@ def _monitor(queue_ref):
         del queue
 
 
-class KSyncCoordinator(cc.ClusterCoordinator):
+class KSyncCoordinator(ClusterCoordinator):
     """`ClusterCoordinator` whose workers respect the strategy's synchronisation rule."""
 
     def __init__(self, strategy):
@@ -460,16 +370,14 @@ class KSyncCoordinator(cc.ClusterCoordinator):
 
     def worker_busy(self):
         """(seconds each worker spent executing steps, steps each executed)."""
-        queue = self._cluster.closure_queue
-        return list(queue.busy_s), list(queue.steps)
+        timing = self._cluster.closure_queue._timing
+        return list(timing.busy_s), list(timing.steps)
 
     def iteration_times(self):
         """(median seconds of each worker's last steps, seconds its running step has
         taken so far); None where a worker has no finished or no running step."""
         queue = self._cluster.closure_queue
-        # The median: one long step (a freeze that ended) does not make a worker slow.
-        usual = [statistics.median(list(r)) if r else None for r in queue.recent]
-        return usual, queue.in_flight_s()
+        return queue._timing.usual(), queue.in_flight_s()
 
     def chief_reads(self) -> dict:
         """Reads of the PS the chief made so far besides the steps, by purpose: "gate"
@@ -479,7 +387,7 @@ class KSyncCoordinator(cc.ClusterCoordinator):
 
     def retried(self) -> int:
         """Steps re-run on another worker because their worker failed mid-step."""
-        return self._cluster.closure_queue.retried
+        return self._cluster.closure_queue._timing.retried
 
     def workers_with_work(self):
         """Live workers that can still push in the current round: all of them while

@@ -344,15 +344,12 @@ class on_the_chief:
         self._model = model
 
     def __enter__(self):
-        from tensorflow.python.framework import ops
+        from strategies.compat import set_aside_strategy_scopes
         self._strategy = self._model._distribute_strategy  # pylint: disable=protected-access
         self._model._distribute_strategy = None  # pylint: disable=protected-access
-        # TensorFlow's stack of entered strategy scopes, this thread's (private: pinned
-        # with the rest by strategies.compat).
-        self._graph = ops.get_default_graph()
-        self._scopes = self._graph._distribution_strategy_stack  # pylint: disable=protected-access
-        self._graph._distribution_strategy_stack = []  # pylint: disable=protected-access
+        self._aside = set_aside_strategy_scopes()
+        self._aside.__enter__()
 
     def __exit__(self, *exc):
-        self._graph._distribution_strategy_stack = self._scopes  # pylint: disable=protected-access
+        self._aside.__exit__(None, None, None)
         self._model._distribute_strategy = self._strategy  # pylint: disable=protected-access

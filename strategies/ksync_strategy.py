@@ -57,39 +57,35 @@ import weakref
 
 import tensorflow as tf
 import tf_keras
-from tensorflow.python.autograph.core import ag_ctx as autograph_ctx
-from tensorflow.python.autograph.impl import api as autograph
-from tensorflow.python.distribute import parameter_server_strategy_v2 as pss_v2
-from tensorflow.python.distribute.sharded_variable import ShardedVariable
-from tensorflow.python.ops import control_flow_v2_func_graphs, resource_variable_ops
 
 import ksync
 from ksync import lr_scaling as lr_scaling_rules
-from ksync.tf_lr_scaling import describe as describe_lr_scaling
-from ksync.tf_state import Extras, PSUpdateState
+from strategies.ps_lr_scaling import describe as describe_lr_scaling
+from strategies.ps_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
 from strategies import keras3
 from strategies.allocation import BatchAllocation
 from strategies.cluster_guard import ClusterGuard
-from strategies.compat import check_tensorflow_version
+from strategies import compat
+from strategies.compat import (ControlFlowFuncGraph, ParameterServerStrategyV2,
+                               ParameterServerStrategyV2Extended, ShardedVariable,
+                               WhileBodyFuncGraph)
 from strategies.coordinator import KSyncCoordinator
 from strategies.lr_scope import (check_scalable, current_learning_rate, family,
                                  optimizer_of, scaled_arguments, scaled_update)
 from strategies.telemetry import build_telemetry
 
-check_tensorflow_version()
-
 # Named, not super(): autograph may convert the method that calls it (a user's loop
 # calling strategy.run from a list comprehension), and converted code has no super().
-_STOCK_RUN = pss_v2.ParameterServerStrategyV2.run
+_STOCK_RUN = ParameterServerStrategyV2.run
 
-class _KSyncExtended(pss_v2.ParameterServerStrategyV2Extended):
+class _KSyncExtended(ParameterServerStrategyV2Extended):
     """Collects the optimizer's per-variable updates of one step instead of applying
     them, so the strategy can push them to the PS as one atomic gradient.
 
     An update whose argument is a gradient joins the push. Any other update (tf_keras's
     decoupled weight decay takes no argument, its EMA takes the model variable) is an
-    extra of the step (`ksync.tf_state.Extras`): the PS runs it once per model update,
+    extra of the step (`strategies.ps_state.Extras`): the PS runs it once per model update,
     with the update's gradients, never once per pushed gradient."""
 
     _collecting = None  # the _Step being traced
@@ -173,7 +169,7 @@ class _Step(collections.namedtuple("_Step", "graph updates extras")):
 
 
 def _is_variable(value) -> bool:
-    return isinstance(value, tf.Variable) or resource_variable_ops.is_resource_variable(value)
+    return isinstance(value, tf.Variable) or compat.is_resource_variable(value)
 
 
 _NADAM = (
@@ -193,7 +189,7 @@ _CONDITIONAL_UPDATE = (
     "call that between epochs.")
 
 
-class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
+class KSyncStrategy(ParameterServerStrategyV2):
     """A `ParameterServerStrategy` whose parameter server applies a `ksync` policy.
 
     Args:
@@ -255,7 +251,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
                 "KSyncStrategy(resolver, policy=ksync.BSP()).")
         # The stock strategy's own checks first, with its messages ("There must be at
         # least one ps."), then ksync's.
-        pss_v2.ParameterServerStrategyV2._verify_args_and_config(self, cluster_resolver)
+        ParameterServerStrategyV2._verify_args_and_config(self, cluster_resolver)
         if policy is None:
             policy = ksync.Adaptive()
         elif isinstance(policy, str):
@@ -343,8 +339,7 @@ class KSyncStrategy(pss_v2.ParameterServerStrategyV2):
         # Autograph converts what a user's tf.function calls, this method included: the
         # user's fn keeps the caller's autograph setting, the plumbing runs unconverted
         # (autograph mangles its nested calls).
-        fn = autograph.tf_convert(fn, autograph_ctx.control_status_ctx(),
-                                  convert_by_default=False)
+        fn = compat.convert_as_caller(fn)
         return self._run_and_push(fn, args, kwargs, options)
 
     @tf.autograph.experimental.do_not_convert
@@ -691,15 +686,15 @@ def _batch_size(args, kwargs):
 def _function_graph(graph):
     """The function graph ``graph`` belongs to (itself, or the one around the bodies of
     its loops and branches)."""
-    while isinstance(graph, control_flow_v2_func_graphs.ControlFlowFuncGraph):
+    while isinstance(graph, ControlFlowFuncGraph):
         graph = graph.outer_graph
     return graph
 
 
 def _inside_loop(graph) -> bool:
     """Whether ``graph`` is (inside) the body of a `tf.while_loop` of one function."""
-    while isinstance(graph, control_flow_v2_func_graphs.ControlFlowFuncGraph):
-        if isinstance(graph, control_flow_v2_func_graphs.WhileBodyFuncGraph):
+    while isinstance(graph, ControlFlowFuncGraph):
+        if isinstance(graph, WhileBodyFuncGraph):
             return True
         graph = graph.outer_graph
     return False

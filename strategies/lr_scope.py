@@ -1,7 +1,7 @@
 """An optimizer's learning rate scaled for one apply on the parameter server.
 
-The PS commit traces the optimizer's updates of a round (`ksync.tf_state`) with the
-commit's gain ``r`` (`ksync.tf_lr_scaling.commit_gain`). `scaled_update` wraps one
+The PS commit traces the optimizer's updates of a round (`strategies.ps_state`) with the
+commit's gain ``r`` (`strategies.ps_lr_scaling.commit_gain`). `scaled_update` wraps one
 update so that, while it is traced inside a commit, every read of the optimizer's
 learning rate gives ``lr * f``, with ``f = optimizer_gain(r, family)``: ``r`` for SGD
 (with or without momentum), ``sqrt(r)`` for the adaptive optimizers (`family`). Its
@@ -32,7 +32,7 @@ import tensorflow as tf
 import tf_keras
 
 from ksync.lr_scaling import optimizer_gain
-from ksync.tf_lr_scaling import commit_gain
+from strategies.ps_lr_scaling import commit_gain
 
 _SGD = (tf_keras.optimizers.SGD, tf_keras.optimizers.legacy.SGD)
 _LEGACY = tf_keras.optimizers.legacy.Optimizer

@@ -199,6 +199,34 @@ def test_one_policy_instance_serves_two_simulations_independently():
     assert alone.controller.history == skewed.controller.history
 
 
+def test_the_refresh_clock_says_when_a_refresh_is_due():
+    """Every `refresh_every` finished steps, at a live set no refresh has seen (until a
+    refresh sees it), and after `idle_s` without progress while steps are queued."""
+    from ksync.controller import IDLE_S, RefreshClock
+    clock = RefreshClock(RuleController(ksync.AdaSync(refresh_every=3), 3))
+    live = (0, 1, 2)
+    due = [clock.step_finished(now=0.1 * i, live=live) for i in range(1, 8)]
+    assert due == [True] * 7  # no refresh has seen the live workers yet
+    clock.refreshed(live, now=0.7)
+    due = [clock.step_finished(now=0.7 + 0.1 * i, live=live) for i in range(1, 7)]
+    assert due == [False, True, False, False, True, False]  # the count went on meanwhile
+    assert clock.step_finished(now=1.4, live=(0, 2))  # worker 1 gone
+    clock.refreshed(None, now=1.4)  # a refresh that did not see the new set ...
+    assert clock.step_finished(now=1.5, live=(0, 2))  # ... leaves the change due
+    clock.refreshed((0, 2), now=1.5)
+    assert not clock.step_finished(now=1.6, live=(0, 2))
+    assert clock.next_idle_check() == pytest.approx(1.6 + IDLE_S)
+    assert not clock.idle_due(now=1.6 + IDLE_S / 2, steps_queued=True)
+    assert clock.idle_due(now=1.6 + IDLE_S, steps_queued=True)
+    assert not clock.idle_due(now=1.6 + 10 * IDLE_S, steps_queued=False)
+    # A policy that never observes: only the live set and idle time make refreshes due.
+    bsp = RefreshClock(RuleController(ksync.BSP(), 3))
+    bsp.refreshed(live, now=0.0)
+    assert not any(bsp.step_finished(now=t, live=live) for t in range(100))
+    with pytest.raises(ValueError, match="idle_s"):
+        RefreshClock(RuleController(ksync.BSP(), 3), idle_s=0)
+
+
 def test_allocation_windows_speeds_since_the_last_allocation():
     schedule = AllocationSchedule(BatchAllocator(96, min_batch=4, hysteresis=0.0), mode="last")
     controller = RuleController(ksync.BSP(), 3, schedule, allocate_every=10)

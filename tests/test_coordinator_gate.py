@@ -21,7 +21,8 @@ import ksync
 from ksync.state import UpdateState
 from strategies import cluster_guard, coordinator
 from strategies.cluster_guard import ClusterGuard
-from strategies.coordinator import _COUNTED_ROUNDS, KSyncCoordinator, _GatedClosureQueue
+from strategies.coordinator import KSyncCoordinator, _GatedClosureQueue
+from strategies.gate_cache import COUNTED_ROUNDS
 from strategies.ksync_strategy import KSyncStrategy
 
 N = 3
@@ -290,12 +291,30 @@ def test_a_round_completed_when_a_worker_died_commits_on_the_next_push(chief):
     c.push_and_finish(1)
     assert not c.may_start(0) and not c.may_start(1)
     # Worker 2 fails: TensorFlow re-queues its step (from its thread) and marks it dead.
-    step = c.queue._started[2][1]()
+    step = c.queue._timing.started(2)[1]
     c.threads[2].submit(c.queue.put_back, step).result(10)
     c.strategy.coordinator._cluster.workers[2]._is_dead_with_error = True
     c.refresh()
     assert c.strategy.rule.k == 2 and not c.strategy.rule_capped_for_work()
     assert c.may_start(0) and c.may_start(1)
+    # The simulator asks the same place (`UpdateState.may_start`) on its own state.
+    assert c.ps.ref.pending == c.ps.ref.rule.k == 2
+    assert c.ps.ref.may_start(0) and c.ps.ref.may_start(1)
+
+
+def test_the_coordinator_and_the_simulator_answer_the_gate_alike(chief):
+    """Each case of the gate (open round, full round committed by a push, full round
+    committed in the graph, committed round), asked of the coordinator on the PS's
+    gate state and of `UpdateState.may_start` on the same state, as the simulator asks."""
+    c = chief()
+    lowered_for_a_step_waiting_in_the_graph(c)  # full round, K lowered for work
+    in_graph = c.strategy.rule_capped_for_work()
+    answers = [(c.may_start(w), c.ps.ref.may_start(w, commits_in_graph=in_graph))
+               for w in range(N)]
+    assert answers == [(False, False), (False, False), (True, True)]
+    assert c.ps.ref.commit_complete_round()
+    assert [c.may_start(w) for w in range(N)] == [c.ps.ref.may_start(w) for w in range(N)] \
+        == [True, True, True]
 
 
 def test_a_worker_whose_gradient_came_stale_starts_at_once(chief):
@@ -358,7 +377,7 @@ def bsp_rounds(c, rounds, nan_at=None):
         began = {}
         for w in free:
             c.running[w] = Closure()  # held while it runs, as by TensorFlow's thread
-            c.queue._started[w] = (time.monotonic(), weakref.ref(c.running[w]))
+            c.queue._timing.start(w, time.monotonic(), c.running[w])
             began[w] = c.ps.ref.version
     c.began = began
     return wrong
@@ -366,12 +385,12 @@ def bsp_rounds(c, rounds, nan_at=None):
 
 def test_bsp_rounds_are_followed_by_counting_pushes(chief):
     """Under BSP the chief knows a round has committed once every worker has pushed into
-    it: after the first round it reads the PS once in _COUNTED_ROUNDS + 1 rounds, and
+    it: after the first round it reads the PS once in COUNTED_ROUNDS + 1 rounds, and
     the gate's answer is the PS's at every step."""
     c = chief()
     assert bsp_rounds(c, 1) == []  # its steps began before any read: it reads
     reads = c.queue.reads["gate"]
-    rounds = 3 * (_COUNTED_ROUNDS + 1)
+    rounds = 3 * (COUNTED_ROUNDS + 1)
     assert bsp_rounds(c, rounds) == []
     assert c.ps.ref.version == 1 + rounds and c.ps.ref.dropped == 0
     assert c.queue.reads["gate"] - reads == 3, (reads, c.queue.reads)
@@ -394,9 +413,9 @@ def test_a_non_finite_gradient_misleads_the_count_until_the_next_read(chief):
     (a worker that made one may make more)."""
     c = chief()
     bsp_rounds(c, 2)
-    wrong = bsp_rounds(c, _COUNTED_ROUNDS + 1, nan_at=(0, N - 1))
+    wrong = bsp_rounds(c, COUNTED_ROUNDS + 1, nan_at=(0, N - 1))
     assert c.ps.ref.nonfinite == 1
-    assert wrong and max(wrong) < _COUNTED_ROUNDS, wrong
+    assert wrong and max(wrong) < COUNTED_ROUNDS, wrong
     reads = c.queue.reads["gate"]
     assert bsp_rounds(c, 5) == [] and c.queue.reads["gate"] - reads >= 5
 
@@ -456,8 +475,8 @@ def test_code_that_reaches_into_the_stock_queue_changes_the_stock_queue(chief):
     c.queue._inflight_closure_count += 1
     assert c.strategy.tf_queue._inflight_closure_count == 1
     assert "_inflight_closure_count" not in vars(c.queue)
-    c.queue.retried = 5  # the wrapper's own fields stay its own
-    assert c.queue.retried == 5 and not hasattr(c.strategy.tf_queue, "retried")
+    c.queue.reads = {"gate": 5}  # the wrapper's own fields stay its own
+    assert c.queue.reads == {"gate": 5} and not hasattr(c.strategy.tf_queue, "reads")
 
 
 def wait_until(predicate, timeout=10.0):
@@ -473,8 +492,8 @@ def test_a_worker_waiting_at_the_gate_with_no_step_queued_makes_no_call(chief, m
     read the PS. A coordinator nobody used any more (an earlier test's, in one process)
     kept polling this way, and its read crashed the chief while the next cluster was
     being rebuilt. Once a step is queued, the re-checks refresh and read again."""
-    monkeypatch.setattr(coordinator, "_RECHECK_S", 0.02)
     c = chief()
+    c.queue._clock.idle_s = 0.02
     start_round(c, 0, 1, 2)
     c.push_and_finish(0)
     before = c.queue.reads["gate"]
@@ -606,3 +625,24 @@ def test_a_lost_coordination_service_asks_for_another_rebuild():
                                                  "Coordination service is not enabled."))
     tick()
     assert not handler._cluster_due_for_update_or_finish.is_set()
+
+
+def test_the_coordinator_refreshes_when_the_controllers_clock_says(chief):
+    """The coordinator asks `ksync.controller.RefreshClock` (which the simulator can ask
+    the same way): under BSP (no periodic observation) the first finished step refreshes
+    (no refresh has seen the live workers), later ones do not, and the first step after
+    a worker died does."""
+    c = chief()
+    refreshes = lambda: c.queue.reads["refresh"]  # noqa: E731
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    assert refreshes() == 1
+    c.push_and_finish(1)
+    c.push_and_finish(2)
+    assert refreshes() == 1 and c.ps.ref.version == 1
+    c.strategy.coordinator._cluster.workers[2]._is_dead_with_error = True
+    c.schedule(Closure())
+    c.take(0)
+    c.took(0)
+    c.push_and_finish(0)
+    assert refreshes() == 2 and c.strategy.rule.k == 2

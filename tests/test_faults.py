@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import ksync
-from ksync.tf_state import STALENESS_BINS
+from strategies.ps_state import STALENESS_BINS
 from cluster_sim.harness.signals import Signaller
 from cluster_sim.slowdown import SlowdownLayer
 from cluster_sim.workloads import compile_classifier, digits, mlp

@@ -159,10 +159,59 @@ def test_the_facade_imports_only_its_names():
     assert "strategies.ksync_strategy" in graph()["strategies"]
 
 
+# Modules that must not import TensorFlow or Keras: the whole `ksync` package (its
+# TensorFlow side, the PS state, lives in `strategies.ps_state` and
+# `strategies.ps_lr_scaling`) and the coordinator's pure state classes.
+TF_FREE = ("ksync", "strategies.gate_cache", "strategies.worker_timing")
+TF_PACKAGES = {"tensorflow", "tf_keras", "keras"}
+
+
+def tensorflow_imports(name: str, path: pathlib.Path) -> set[str]:
+    """The TensorFlow or Keras modules ``name`` imports anywhere in its code, but for
+    the lazy imports of a `FACADE` module's ``__getattr__``."""
+    tree = ast.parse(path.read_text(), str(path))
+    lazy = facade_nodes(name, tree)
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in lazy:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+    return {m for m in found if m.split(".")[0] in TF_PACKAGES}
+
+
+def test_the_ksync_core_imports_no_tensorflow():
+    known = modules()
+    pure = [m for m in known if any(within(m, p) for p in TF_FREE)]
+    assert "ksync.policies.adaptive" in pure and "ksync.controller" in pure
+    assert "ksync.tf_state" not in known and "ksync.tf_lr_scaling" not in known
+    wrong = {m: tensorflow_imports(m, known[m]) for m in pure}
+    assert {m: found for m, found in wrong.items() if found} == {}
+    # The check finds TensorFlow where it is imported.
+    assert tensorflow_imports("strategies.ps_state", known["strategies.ps_state"])
+
+
+def test_private_tensorflow_apis_are_imported_by_the_adapter_only():
+    """`strategies.compat` names every private TensorFlow module ksync uses and why; no
+    other module of the four packages imports ``tensorflow.python``."""
+    known = modules()
+    private = {m: {t for t in tensorflow_imports(m, path) if t.startswith("tensorflow.python")}
+               for m, path in known.items()}
+    users = {m for m, found in private.items() if found}
+    assert users == {"strategies.compat"}, users
+    doc = ast.get_docstring(ast.parse(known["strategies.compat"].read_text()))
+    for module in private["strategies.compat"]:
+        named = module if module in doc else module.rpartition(".")[0]
+        assert named in doc, f"strategies/compat.py does not say what {module} is for"
+
+
 def test_import_ksync_loads_no_tensorflow():
     import subprocess
     import sys
-    code = "import ksync, sys; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    code = ("import ksync, ksync.controller, ksync.policies, ksync.state, sys; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr

@@ -1,5 +1,5 @@
-"""The TF parameter server's learning-rate scaling (`ksync.tf_lr_scaling` inside
-`ksync.tf_state.PSUpdateState`) against the pure reference (`ksync.lr_scaling.LRScaling`
+"""The TF parameter server's learning-rate scaling (`strategies.ps_lr_scaling` inside
+`strategies.ps_state.PSUpdateState`) against the pure reference (`ksync.lr_scaling.LRScaling`
 in `ksync.UpdateState`), push by push, in this process (no cluster; a few seconds)."""
 
 import random
@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import ksync
 from ksync.lr_scaling import LRScaling
-from ksync.tf_lr_scaling import commit_gain
-from ksync.tf_state import PSUpdateState
+from strategies.ps_lr_scaling import commit_gain
+from strategies.ps_state import PSUpdateState
 
 DEVICE = "/device:CPU:0"
 LR = 0.1

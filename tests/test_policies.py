@@ -298,3 +298,25 @@ def test_only_waiting_rules_refuse_k_above_the_workers():
     assert ksync.KAsync(k=6).rule(3).k == 6          # async: workers push again
     with pytest.raises(ValueError, match="only 3 worker"):
         ksync.KSync(k=6).rule(3)
+
+
+def test_the_policies_package_keeps_every_import_path_and_defines_each_name_once():
+    """`ksync.policies` is a package of rooms (base, fixed, adaptive, literature,
+    registry); the names callers import from `ksync.policies` and `ksync` are the
+    objects of the one module that defines them."""
+    import importlib
+
+    import ksync.policies as policies
+    rooms = {room: importlib.import_module(f"ksync.policies.{room}")
+             for room in ("base", "fixed", "adaptive", "literature", "registry")}
+    for name in policies.__all__:
+        obj = getattr(policies, name)
+        homes = [room for room, module in rooms.items() if name in vars(module)
+                 and getattr(obj, "__module__", module.__name__) == module.__name__]
+        assert len(homes) == 1, (name, homes)
+        if name in ksync.__all__:
+            assert getattr(ksync, name) is obj
+    assert sorted(policies.registry._BY_NAME) == sorted(
+        cls.name for cls in vars(policies).values()
+        if isinstance(cls, type) and issubclass(cls, policies.Policy)
+        and cls is not policies.Policy)

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from cluster_sim.slowdown import per_sample_delays_us
-from ksync.tf_state import sleep_us
+from strategies.ps_state import sleep_us
 
 
 def test_sleep_lasts_the_requested_time_once():

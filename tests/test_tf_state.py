@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import ksync
 from ksync.noise import RoundNoise
-from ksync.tf_state import STALENESS_BINS, PSUpdateState
+from strategies.ps_state import STALENESS_BINS, PSUpdateState
 
 # The local CPU of whatever job this process plays (tests may have connected it to a
 # cluster as the chief).
@@ -243,7 +243,7 @@ def test_rennala_on_the_tf_state_one_fast_worker_fills_the_round():
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
 def test_the_push_scalars_ride_in_a_gradient_of_any_float_dtype_exactly(dtype):
-    from ksync.tf_state import _carry
+    from strategies.ps_state import _carry
     grad = tf.cast(tf.reshape(tf.range(6.0), [2, 3]), dtype)
     meta = tf.constant([1.0, 37.0, 0.123456789012345, 5.0, 1e-300], tf.float64)
     back, got = _carry(grad, meta, DEVICE)

@@ -176,7 +176,7 @@ def test_ctr_trains_through_the_harness_with_sharded_tables_and_sparse_pushes(
     embedding tables are sharded over both PS tasks, their gradients cross to the PS
     as ``IndexedSlices`` (rows and values, never a dense table), the counters add up,
     and the evaluator's numpy twin evaluates the final weights as Keras does."""
-    import ksync.tf_state as tf_state
+    import strategies.ps_state as ps_state
     from cluster_sim import workloads
     from cluster_sim.harness.run import Arm, RunConfig, run_arm
     from cluster_sim.scenarios import load_scenario
@@ -184,7 +184,7 @@ def test_ctr_trains_through_the_harness_with_sharded_tables_and_sparse_pushes(
     scenario = load_scenario("ctr_small")
     data = workloads.load("ctr", train_size=4000, test_size=1000)
     built, sent = [], []
-    build_model, copy_to = workloads.build_model, tf_state._copy_to
+    build_model, copy_to = workloads.build_model, ps_state._copy_to
 
     def recording_build(*args, **kwargs):
         built.append(build_model(*args, **kwargs))
@@ -196,7 +196,7 @@ def test_ctr_trains_through_the_harness_with_sharded_tables_and_sparse_pushes(
         return copy_to(grad, device)
 
     monkeypatch.setattr(workloads, "build_model", recording_build)
-    monkeypatch.setattr(tf_state, "_copy_to", recording_copy)
+    monkeypatch.setattr(ps_state, "_copy_to", recording_copy)
     config = RunConfig.from_scenario(scenario, max_pushes=40, check_evaluator=True)
     result = run_arm(cluster_2ps, Arm("BSP", "bsp"), scenario, seed=0, config=config,
                      data=data)

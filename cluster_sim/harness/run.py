@@ -37,12 +37,12 @@ import time
 
 import tensorflow as tf
 import tf_keras.callbacks as keras_callbacks
-from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
 from cluster_sim.harness.config import (ARMS, Arm, RunConfig, load_data,  # noqa: F401
                                         parse_arms, targets)
 from cluster_sim.harness.player import ScenarioPlayer
 from cluster_sim.report.results import RunResult, curve_tta
+from strategies.compat import ClosureInputError
 
 #: How often `run_arm` starts `fit` again after a transient TensorFlow error, beyond
 #: one for each worker the scenario kills.

@@ -16,18 +16,18 @@ applied the update, so one version is one model across all shards.
 Counters live packed in a few vector variables: every push runs on the PS's CPU beside
 the training step, and each separate variable op costs more than the arithmetic.
 
-Only the strategy imports this module; the rest of `ksync` never imports TensorFlow.
+The TensorFlow side of `ksync.state.UpdateState`: it lives with the strategy, which alone
+imports it, so the `ksync` package itself never imports TensorFlow.
 """
 
 import collections
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.experimental.ops import testing as tf_data_testing
-from tensorflow.python.ops import resource_variable_ops
 
 from ksync.rule import Rule
-from ksync.tf_lr_scaling import SLOTS as LR_SLOTS, PSLRScaling, committing
+from strategies import compat
+from strategies.ps_lr_scaling import SLOTS as LR_SLOTS, PSLRScaling, committing
 
 #: staleness histogram bins: 0 .. STALENESS_BINS - 2, and one bin for anything larger.
 STALENESS_BINS = 17
@@ -87,7 +87,7 @@ def sleep_us(microseconds):
     which would double the delay.
     """
     return tf.data.Dataset.from_tensors(tf.constant(0)).apply(
-        tf_data_testing.sleep(microseconds)).take(1).get_single_element()
+        compat.sleep_dataset(microseconds)).take(1).get_single_element()
 
 
 def _scale(grad, factor):
@@ -163,8 +163,8 @@ class PSUpdateState:
     def __init__(self, num_workers: int, rule: Rule, device: str, lr_scaling=None,
                  base_batch=None):
         """``lr_scaling``: "adascale", "linear", "sqrt" or None (`ksync.lr_scaling`):
-        each commit's gain, computed here (`ksync.tf_lr_scaling`) and given to the
-        commit's updates (`ksync.tf_lr_scaling.commit_gain`); ``base_batch``: the samples
+        each commit's gain, computed here (`strategies.ps_lr_scaling`) and given to the
+        commit's updates (`strategies.ps_lr_scaling.commit_gain`); ``base_batch``: the samples
         the learning rate is meant for (None: the first accepted push's)."""
         self.num_workers = num_workers
         self.device = device
@@ -282,7 +282,7 @@ class PSUpdateState:
             # never partitioned again (the variable already is one shard).
             def plain(next_creator, **kwargs):
                 del next_creator
-                return resource_variable_ops.ResourceVariable(**kwargs)
+                return compat.ResourceVariable(**kwargs)
 
             with tf.init_scope(), tf.device(var.device), tf.variable_creator_scope(plain):
                 self._accumulators[key] = tf.Variable(
@@ -329,7 +329,7 @@ class PSUpdateState:
     def _apply_round(self, updates, accumulators, total, extras, gain=None):
         """Ops making the round's update: every variable's aggregate divided by
         ``total`` samples, between the step's ``extras`` (`_around_extras`), traced
-        with the commit's learning-rate ``gain`` (`ksync.tf_lr_scaling.commit_gain`)."""
+        with the commit's learning-rate ``gain`` (`strategies.ps_lr_scaling.commit_gain`)."""
         def work(indices):
             applied = _created_by(lambda: [
                 updates[i][0](updates[i][1], accumulators[i].read_value() /
@@ -509,7 +509,7 @@ class PSUpdateState:
         """Ops applying each gradient (times ``weight``) to its variable on its own task
         if ``condition``, outside any lock, as the stock strategy applies updates; the
         ``extras`` around them, once (the push is an update of its own); traced with
-        the learning-rate ``gain`` (`ksync.tf_lr_scaling.commit_gain`)."""
+        the learning-rate ``gain`` (`strategies.ps_lr_scaling.commit_gain`)."""
         def apply(indices):
             return tf.cond(condition, lambda: tf.group(_created_by(lambda: [
                 updates[i][0](updates[i][1], updates[i][2] if weight is None

@@ -5,7 +5,7 @@ variable on the rule task (the faded noise sums, the progress, the last gain, th
 round's staleness-discounted samples and the base batch), and computes a commit's gain
 from it with the same arithmetic, inside the rule's critical section: a few scalar ops
 per push, no extra message but the gain itself, sent to each shard that applies the
-commit. `ksync.tf_state.PSUpdateState` owns one when a run scales its learning rate;
+commit. `strategies.ps_state.PSUpdateState` owns one when a run scales its learning rate;
 without scaling none exists and the commit's graph is the one it always was.
 
 The commit's updates read the gain through `commit_gain` while they are traced: the

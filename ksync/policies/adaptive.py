@@ -1,0 +1,310 @@
+"""`Adaptive`: the rule of highest predicted goodput (its model is `ksync.goodput`), and
+the loss-stall floor that moves it to larger updates late in training.
+"""
+
+import dataclasses
+import math
+import statistics
+import typing
+
+from ksync import goodput
+from ksync.policies.base import Policy, check_int
+
+
+class _GoodputInputs(typing.NamedTuple):
+    """`Adaptive`'s inputs from one observation (live workers only)."""
+
+    times: list         # step time now (a stalled step's running time)
+    usual: list         # usual step time
+    batches: list       # samples per step
+    noise_scale: float  # B_simple, measured or assumed
+    measured: bool
+    exposure: float
+
+
+#: worker batches in the noise scale `Adaptive` assumes until the PS has measured one.
+#: Not the samples of a BSP update, which grow with the cluster: on 256 simulated
+#: workers (8,192 samples) that sent the first decision to K-sync, where the noise
+#: scale then measured was 10-30 times what K-async measures (7,600-10,700 samples
+#: against 100-900), and kept it there, at about 1.5x K-async's time to target.
+ASSUMED_NOISE_BATCHES = 16
+
+
+#: weight of a new loss report in the smoothed loss `Adaptive`'s stall test follows.
+LOSS_SMOOTHING = 0.3
+#: loss reports a stall needs besides its updates: with a loss reported once an epoch,
+#: ``stall_updates`` can pass between two reports.
+STALL_REPORTS = 3
+#: an update this close to the floor's size counts as the floor's (measured batches
+#: move a little between windows).
+FLOOR_SLACK = 1.05
+
+
+def _assumed_noise_scale(batch: float, workers: int) -> float:
+    """The noise scale `Adaptive` assumes before one is measured, in ``batch`` units."""
+    return batch * min(workers, ASSUMED_NOISE_BATCHES)
+
+
+class Adaptive(Policy):
+    """Choose the rule with the highest predicted goodput, every ``refresh_every`` updates.
+
+    Goodput is training progress per second: updates per second times what an update is
+    worth (`ksync.goodput`). From each live worker's measured step time (or, for a
+    stalled worker, its running step's time) and batch, the model predicts for every
+    candidate rule (K-sync for K on a grid, BSP included; K-async for K on a grid with a
+    staleness bound that drops only a stalled step's gradient) the updates per second,
+    the samples per update and each worker's staleness. An update's worth is its batch
+    efficiency ``M / (M + B')``, with ``B'`` the gradient noise scale ``B`` the PS
+    measures (`ksync.noise`) averaged over momentum's horizon, times the mean worth of
+    its gradients' staleness, ``1 / (1 + (s / tau)^3)`` with ``tau =
+    staleness_tolerance * M / (M + B) / (1 + K / gradients_halving)`` for an update of
+    K gradients: the noisier an update, and the more gradients it sums, the less a
+    stale gradient is worth. ``B`` grows as the loss falls, which moves the choice toward
+    larger, fresher updates as training goes. It starts with the rule the
+    model picks for equal workers whose whole step is exposed, at the noise scale it
+    assumes until one is measured (not with BSP: a synchronous start, then K-async, was
+    slower in the simulated benchmark than K-async from the start), decides first after
+    ``first_refresh`` updates, and moves to another rule only when that rule's predicted
+    goodput beats the current one's by more than ``hysteresis``. `ksync.RuleController`
+    keeps each decision's reason: the noise scale, the exposure, the chosen rule's
+    predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
+
+    A run of Adaptive scales the learning rate at each commit by AdaScale's gain
+    (`lr_scaling`, `ksync.lr_scaling`; the strategy's or simulator's ``lr_scaling``
+    overrides it). Once the noise scale is measured the model then counts an update by
+    its progress in base steps (the gain the PS applies, at most AdaScale's) instead of
+    ``M / (M + B')``, and divides the staleness tolerance by the gain
+    (`ksync.goodput`); ``Context.lr_scaling`` says which scaling the run applies.
+
+    Args:
+      refresh_every: updates between two decisions.
+      momentum: the optimizer's momentum; it averages gradient noise over about
+        ``(1 + momentum) / (1 - momentum)`` updates, which divides the noise scale that
+        matters for an update's batch efficiency.
+      staleness_tolerance: staleness (in updates) at which a gradient of a noise-free
+        update of one gradient is worth half a fresh one; an update of ``M`` samples
+        at noise scale ``B`` tolerates ``M / (M + B)`` of it.
+      gradients_halving: the gradients per update at which that tolerance is halved
+        again: an update of ``K`` gradients tolerates ``1 / (1 + K / gradients_halving)``
+        of it. The defaults (14 and 25) were fitted on the simulated benchmark (SGD,
+        momentum 0.9, whole steps exposed) at 8, 64 and 256 workers; see README's
+        policy section for how.
+      noise_scale: the noise scale ``B_simple`` to assume until the PS has measured one
+        (None: the samples of ``ASSUMED_NOISE_BATCHES`` workers' batches, or of all
+        workers when there are fewer).
+      hysteresis: relative goodput gain a new rule needs over the current one (the
+        inputs are noisy, and a small value flaps between near-equal K).
+      stall_updates: updates after which a training loss that has not fallen by
+        ``stall_margin`` means the current updates have reached their noise floor:
+        from then on only rules with larger updates (more samples each) are chosen,
+        for the rest of the run. None: never. Needs a loss (``Observation.loss``:
+        `strategies.callbacks.KSyncLossCallback`, or the simulator's evaluation);
+        without one the rule follows the goodput model alone.
+      stall_margin: relative fall of the smoothed loss that counts as progress.
+
+    Example: the rule it starts with, and its decisions on four workers of 32 samples a
+    step, one four times slower (here from BSP, as a user's earlier rule): K-async early
+    in training (noise scale 100), waiting for the three fast workers later (600).
+
+    >>> import ksync
+    >>> policy = ksync.Adaptive()
+    >>> policy.rule(8).describe()
+    'K=3 async, drop beyond staleness 5'
+    >>> context = ksync.Context(num_workers=4, rule=ksync.BSP().rule(4))
+    >>> for noise_scale in (100.0, 600.0):
+    ...     observation = ksync.Observation(
+    ...         version=20, iteration_times=(0.1, 0.1, 0.1, 0.4), live_workers=(0, 1, 2, 3),
+    ...         noise_scale=noise_scale, batch_sizes=(32, 32, 32, 32))
+    ...     print(policy.observe(observation, context)[0].describe())
+    K=2 async, drop beyond staleness 12
+    K=3 sync, drop beyond staleness 0
+    """
+
+    name = "adaptive"
+    first_refresh = 5
+    #: no scaling unless asked (``lr_scaling="adascale"``, `ksync.lr_scaling`): in the
+    #: simulator AdaScale made Adaptive 1.2-1.5x slower on 8 workers (its gain took
+    #: the step past tuned BSP's under momentum 0.9) and 1.3-1.9x faster on 64; the
+    #: default waits for the gain to account for momentum and for the fair race.
+    lr_scaling = None
+
+    def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
+                 staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
+                 noise_scale: float | None = None, hysteresis: float = 0.15,
+                 stall_updates: int | None = 200, stall_margin: float = 0.01):
+        check_int("refresh_every", refresh_every, 1)
+        if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
+            raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
+                             f"momentum, got {momentum!r}.")
+        if not (isinstance(staleness_tolerance, (int, float)) and staleness_tolerance > 0):
+            raise ValueError(f"staleness_tolerance must be a number of updates > 0, got "
+                             f"{staleness_tolerance!r}.")
+        if not (isinstance(gradients_halving, (int, float)) and gradients_halving > 0):
+            raise ValueError(f"gradients_halving must be a number of gradients > 0 "
+                             f"(math.inf: no halving), got {gradients_halving!r}.")
+        if noise_scale is not None and not (isinstance(noise_scale, (int, float))
+                                            and noise_scale > 0):
+            raise ValueError(f"noise_scale must be None (measure it) or a number > 0, got "
+                             f"{noise_scale!r}.")
+        if not (isinstance(hysteresis, (int, float)) and hysteresis >= 0):
+            raise ValueError(f"hysteresis must be a number >= 0, got {hysteresis!r}.")
+        if stall_updates is not None:
+            check_int("stall_updates (None: never)", stall_updates, 1)
+        if not (isinstance(stall_margin, (int, float)) and 0 < stall_margin < 1):
+            raise ValueError(f"stall_margin must be a fraction in (0, 1), e.g. 0.01 for "
+                             f"1 %, got {stall_margin!r}.")
+        self.refresh_every = refresh_every
+        self.momentum = float(momentum)
+        self.staleness_tolerance = float(staleness_tolerance)
+        self.gradients_halving = float(gradients_halving)
+        self.noise_scale = None if noise_scale is None else float(noise_scale)
+        self.hysteresis = float(hysteresis)
+        self.stall_updates = stall_updates
+        self.stall_margin = float(stall_margin)
+
+    def _model(self, context=None, measured: bool = True) -> dict:
+        """The goodput model's parameters, as `goodput.forecast` and `goodput.rank` take
+        them, with the run's learning-rate scaling and base batch (``context``) once the
+        noise scale is measured. Before, the PS's AdaScale gain is still warming up from
+        1 (`ksync.lr_scaling.WARMUP_ROUNDS` is `ksync.noise.MIN_NOISE_ROUNDS`), and the
+        model without scaling holds."""
+        scaling = context.lr_scaling if context is not None and measured else None
+        base = context.base_batch if context is not None else None
+        return dict(tolerance=self.staleness_tolerance, momentum=self.momentum,
+                    halving=self.gradients_halving, scaling=scaling, base_batch=base)
+
+    def _rule(self, num_workers):
+        # Before anything is measured: the rule the model picks for equal workers whose
+        # whole step is exposed, at the assumed noise scale (in units of a worker's
+        # batch). Measured speeds, noise and staleness refine it after
+        # ``first_refresh`` updates.
+        equal = [1.0] * num_workers
+        return goodput.rank(equal, equal, _assumed_noise_scale(1.0, num_workers),
+                            **self._model())[0].rule
+
+    def _inputs(self, observation, context) -> "_GoodputInputs":
+        """What the model needs from ``observation``, each computed once."""
+        now = observation.effective_times()
+        live = [w for w in observation.live_workers
+                if now[w] is not None and math.isfinite(now[w]) and now[w] > 0]
+        sizes = observation.batch_sizes
+        times = [now[w] for w in live]
+        # A worker with no push in the window (stalled) has its batch of the others': a
+        # size of 1 would make the noise scale, in samples, dwarf its updates.
+        known = [float(sizes[w]) for w in live if sizes and sizes[w]]
+        usual_batch = statistics.median(known) if known else 1.0
+        batches = [float(sizes[w]) if sizes and sizes[w] else usual_batch for w in live]
+        measured = observation.noise_scale
+        simple = measured if measured is not None else (
+            self.noise_scale if self.noise_scale is not None else
+            _assumed_noise_scale(usual_batch, len(batches)))
+        # Exposure: the staleness measured under the current rule against the staleness
+        # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
+        # every worker in the model); 1 under a waiting rule, which shows none.
+        exposure = 1.0
+        if times and not context.rule.wait and observation.staleness_mean is not None:
+            unbounded = dataclasses.replace(context.rule, max_staleness=None)
+            whole = goodput.forecast(unbounded, times, batches, simple,
+                                     **self._model(context, measured is not None)).staleness
+            if whole > 0:
+                exposure = min(1.0, max(0.05, observation.staleness_mean / whole))
+        usual = [observation.iteration_times[w] or t for w, t in zip(live, times)]
+        return _GoodputInputs(times, usual, batches, simple, measured is not None, exposure)
+
+    def exposure(self, observation, context) -> float:
+        """The fraction of a step between the parameter read and the push, from the
+        staleness measured under the current rule against the staleness `forecast`
+        predicts for a whole step; 1 (a whole step) under a waiting rule, which shows
+        none."""
+        return self._inputs(observation, context).exposure
+
+    def forecasts(self, observation, context) -> list:
+        """Every candidate's `ksync.goodput.Forecast` on ``observation``, best first
+        (empty while no live worker has a step time)."""
+        return self._rank(self._inputs(observation, context), context)
+
+    def _rank(self, inputs, context):
+        if not inputs.times:
+            return []
+        return goodput.rank(inputs.times, inputs.batches, inputs.noise_scale,
+                            exposure=inputs.exposure, usual_times=inputs.usual,
+                            **self._model(context, inputs.measured))
+
+    def floor(self, observation, context, samples: float) -> float:
+        """The run's floor on samples per update after ``observation``'s loss, given the
+        current rule's ``samples`` per update; 0 while the loss has never stalled.
+
+        The smoothed loss (each new report weighted `LOSS_SMOOTHING`) stalls when it
+        has not fallen by ``stall_margin`` below its best for ``stall_updates`` updates
+        and `STALL_REPORTS` reports. With the learning rate fixed, SGD's loss stops
+        falling at a floor set by the noise of its updates, and only larger updates
+        lower it; the measured noise scale does not show it (it settles where the rule
+        that measures it keeps the gradient), so the floor is what moves the rule to
+        larger updates late in training. It rises to the current update's size at each
+        stall and never falls. Kept in ``context.memory``."""
+        memory = context.memory
+        loss = observation.loss
+        # A new report is a new value: callers repeat their latest loss between reports.
+        if loss is not None and math.isfinite(loss) and loss != memory.get("loss"):
+            smoothed = memory.get("smoothed")
+            smoothed = loss if smoothed is None else smoothed + LOSS_SMOOTHING * (
+                loss - smoothed)
+            memory.update(loss=float(loss), smoothed=float(smoothed))
+            best = memory.get("best")
+            if best is None or best - smoothed > self.stall_margin * abs(best):
+                memory.update(best=float(smoothed), since=int(observation.version), reports=0)
+            else:
+                memory["reports"] += 1
+        if (self.stall_updates is not None and "since" in memory
+                and observation.version - memory["since"] >= self.stall_updates
+                and memory["reports"] >= STALL_REPORTS):
+            memory["floor"] = max(memory.get("floor", 0.0), float(samples))
+            memory.update(since=int(observation.version), reports=0,
+                          floor_version=int(observation.version))
+        return memory.get("floor", 0.0)
+
+    def observe(self, observation, context):
+        inputs = self._inputs(observation, context)
+        ranked = self._rank(inputs, context)
+        if not ranked:
+            return None
+        current = goodput.forecast(context.rule, inputs.times, inputs.batches,
+                                   inputs.noise_scale, exposure=inputs.exposure,
+                                   **self._model(context, inputs.measured))
+        floor = self.floor(observation, context, current.samples_per_update)
+        above = [f for f in ranked if f.samples_per_update > FLOOR_SLACK * floor]
+        best = above[0] if above else max(ranked, key=lambda f: f.samples_per_update)
+        if best.rule == context.rule:
+            return None
+        current_goodput = (current.goodput
+                           if current.samples_per_update > FLOOR_SLACK * floor else 0.0)
+        if best.goodput <= (1.0 + self.hysteresis) * current_goodput:
+            return None
+        per_update = goodput.per_update(inputs.noise_scale, self.momentum)
+        how = (f"lr scaling {context.lr_scaling}" if context.lr_scaling and inputs.measured
+               else f"{per_update:.0f} per update under momentum {self.momentum:g}")
+        reason = (f"noise scale {inputs.noise_scale:.0f} "
+                  f"({'measured' if inputs.measured else 'assumed'}; {how}), exposure "
+                  f"{inputs.exposure:.2f}: {best.describe()}; current rule's goodput "
+                  f"{current.goodput:.3g}")
+        if floor:
+            reason += (f"; the loss stalled, so updates of at most {floor:.0f} samples "
+                       f"are ruled out")
+        runner_up = [f for f in (above or ranked) if f is not best]
+        if runner_up:
+            reason += f"; runner-up {runner_up[0].rule.describe()} {runner_up[0].goodput:.3g}"
+        return best.rule, reason
+
+    def status(self, context):
+        floor = context.memory.get("floor")
+        if not floor:
+            return None
+        return (f"Adaptive: the loss stalled at version {context.memory['floor_version']}, "
+                f"so updates of at most {floor:.0f} samples are ruled out")
+
+    def get_config(self):
+        return {"refresh_every": self.refresh_every, "momentum": self.momentum,
+                "staleness_tolerance": self.staleness_tolerance,
+                "gradients_halving": self.gradients_halving,
+                "noise_scale": self.noise_scale, "hysteresis": self.hysteresis,
+                "stall_updates": self.stall_updates, "stall_margin": self.stall_margin}
