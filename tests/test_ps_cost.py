@@ -50,14 +50,15 @@ def test_one_ps_absorbs_at_most_one_push_per_service_time(data):
 
 def test_n_ps_tasks_serve_n_times_the_bytes_but_not_the_ops(data):
     per_byte = 1e-3 / Simulation(ksync.ASP(), crowd(), data).model.nbytes  # 1 ms a push
-    rates = {n: pushes_per_s(Simulation(ksync.ASP(), crowd(ps_push_s_per_byte=per_byte,
-                                                           num_ps=n), data).run())
+    rates = {n: pushes_per_s(Simulation(ksync.ASP(), crowd(
+        ps_push_s_per_byte=per_byte, num_ps=n, max_pushes=1500), data).run())
              for n in (1, 2, 4)}
     assert rates[2] / rates[1] == pytest.approx(2.0, rel=0.03)
     assert rates[4] / rates[1] == pytest.approx(4.0, rel=0.03)
     # A per-op cost is paid by every task on its shard: more tasks do not shrink it.
-    ops = [pushes_per_s(Simulation(ksync.ASP(), crowd(ps_service_s=1e-3, num_ps=n),
-                                   data).run()) for n in (1, 4)]
+    ops = [pushes_per_s(Simulation(ksync.ASP(), crowd(ps_service_s=1e-3, num_ps=n,
+                                                      max_pushes=1500), data).run())
+           for n in (1, 4)]
     assert ops[1] == pytest.approx(ops[0], rel=0.01)
 
 
@@ -145,3 +146,27 @@ def test_the_cost_model_predicts_real_pushes_on_the_cluster(cluster, data, hidde
     # Wide: the machine is shared and its speed swings 2x.
     assert 1 / 3 < wall < 3, (predicted["wall_s"], real)
     assert 1 / 3 < ps_time < 3, (sim.ps.busy_s, real)
+
+
+def test_the_bench_takes_the_ps_costs_and_the_scenarios_ps_tasks():
+    from cluster_sim.cli.bench_policies import _sim_conditions
+    from cluster_sim.cli.calibrate import sim_config
+    from cluster_sim.harness.config import RunConfig
+    from cluster_sim.scenarios import load_scenario
+    scenario = dataclasses.replace(load_scenario("bench/static"), num_ps=2)
+    run_config = RunConfig.from_scenario(scenario)
+    measured = json.loads(COSTS_PS.read_text())["costs"]
+    config = sim_config(measured, scenario, run_config)
+    assert config.num_ps == 2 and config.ps_costs == PSCosts(
+        measured["ps_push_s"], measured["ps_push_s_per_byte"], measured["ps_apply_s"],
+        measured["ps_apply_s_per_byte"])
+    assert (config.bandwidth_gbps, config.latency_s) == (measured["network_gbps"],
+                                                         measured["network_latency_s"])
+    old = json.loads((COSTS_PS.parent / "costs_25ms.json").read_text())["costs"]
+    free = sim_config(old, scenario, run_config)
+    assert free.ps_costs.free and free.bandwidth_gbps is None and free.latency_s == 0.0
+    # A free PS leaves its settings out of a run store's conditions, so stores made
+    # before the PS had costs still open; a measured one is part of them.
+    settings = lambda c: _sim_conditions(scenario, 3200.0, run_config, old, c)["simulator"]
+    assert "num_ps" not in settings(free) and "ps_service_s" not in settings(free)
+    assert settings(config)["ps_push_s_per_byte"] == measured["ps_push_s_per_byte"]
