@@ -295,8 +295,11 @@ def _sim_conditions(scenario, us_per_sample, run_config, costs, config) -> dict:
     real run, the simulator's settings, and a digest of the whole scenario (its
     summary shows the speeds at the start only, not a trace's later points)."""
     import hashlib
+    # A free PS leaves its settings out: stores made before the PS had costs still open.
+    free_ps = (("ps_service_s", "ps_push_s_per_byte", "ps_apply_s", "ps_apply_s_per_byte",
+                "num_ps") if config.ps_costs.free else ())
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                if f.name not in ("scenario", "seed")}
+                if f.name not in ("scenario", "seed") + free_ps}
     return dict(_conditions(scenario, us_per_sample, run_config, costs), simulator=settings,
                 scenario_digest=hashlib.sha256(repr(scenario).encode()).hexdigest()[:16])
 
@@ -575,6 +578,9 @@ def run(args) -> int:
         if args.tuned_from and args.grid_from_sim:
             raise ValueError("--tuned-from and --grid-from-sim both choose the grid values; "
                              "give one")
+        if args.num_ps is not None and (args.num_ps < 1 or not args.simulate):
+            raise ValueError(f"--num-ps {args.num_ps}: give a count >= 1, with --simulate "
+                             "(a real cluster's PS tasks are the scenario's ps)")
         if args.compute_before_read and not args.simulate:
             raise ValueError("--compute-before-read changes the simulator only (the real "
                              "harness's step reads the parameters as it starts); add "
@@ -639,6 +645,8 @@ def run(args) -> int:
                 if args.compute_before_read:
                     # An input-bound step: the parameters are read after the compute.
                     config = dataclasses.replace(config, input_before_read=True)
+                if args.num_ps:
+                    config = dataclasses.replace(config, num_ps=args.num_ps)
                 store_dir = out / f"{name.replace('/', '_')}_sim{n}_runs"
                 try:
                     store = RunStore(store_dir, _sim_conditions(scenario, us, run_config,
@@ -872,6 +880,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="framework costs: 'probe' (measure on the real cluster, "
                              "default), 'none' (zero; simulator only) or a results.json "
                              "of an earlier bench run")
+    parser.add_argument("--num-ps", type=int, default=None,
+                        help="simulated PS tasks sharing the variables (default: the "
+                             "scenario's ps); matters with PS costs, e.g. --costs "
+                             "cluster_sim/scenarios/bench/costs_ps.json")
     parser.add_argument("--probe-repeats", type=int, default=2,
                         help="repeats of each probe run (default 2)")
     parser.add_argument("--compute-ratio", type=float, default=4.0,

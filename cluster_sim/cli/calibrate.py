@@ -23,16 +23,24 @@
 The probe runs homogeneous speeds and the comparison heterogeneous ones, so the table
 checks the simulator on runs it was not fitted to.
 
+``--ps-probe COSTS.json`` measures the parameter server instead (`probe_ps`: real pushes
+of several sizes through the product's PS state on a local cluster, `cluster_sim.harness.ps_probe`)
+and writes the simulator's PS and network constants (`cluster_sim.sim.ps.fit_ps_costs`)
+with the framework costs of ``--base-costs`` into a costs file that ``bench policies
+--costs`` reads (`ps_costs_json`), with every measurement and a note of how they were made.
+
 Example:
 
 ```
 python -m cluster_sim calibrate --traces ../shared/traces/alibaba_pai --out runs/calibration
 python -m cluster_sim calibrate --reuse runs/calibration   # simulate again only
+python -m cluster_sim calibrate --ps-probe cluster_sim/scenarios/bench/costs_ps.json
 ```
 """
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -160,7 +168,14 @@ def sim_config(costs: dict, scenario, run_config, data=None) -> SimConfig:
     from cluster_sim.harness.config import targets
     goal = targets(run_config, data)
     return SimConfig(
-        num_workers=scenario.num_workers, scenario=scenario,
+        num_workers=scenario.num_workers, scenario=scenario, num_ps=scenario.num_ps,
+        # The PS's queue and the network (`cluster_sim.sim.ps`; free unless the costs
+        # were measured by --ps-probe).
+        ps_service_s=costs.get("ps_push_s", 0.0),
+        ps_push_s_per_byte=costs.get("ps_push_s_per_byte", 0.0),
+        ps_apply_s=costs.get("ps_apply_s", 0.0),
+        ps_apply_s_per_byte=costs.get("ps_apply_s_per_byte", 0.0),
+        bandwidth_gbps=costs.get("network_gbps"), latency_s=costs.get("network_latency_s", 0.0),
         us_per_sample=run_config.us_per_sample, batch_size=run_config.batch_size,
         learning_rate=run_config.learning_rate, momentum=run_config.momentum,
         hidden=tuple(run_config.hidden), target_accuracy=goal["target_accuracy"],
@@ -174,8 +189,7 @@ def sim_config(costs: dict, scenario, run_config, data=None) -> SimConfig:
         # reads of the parameters after it: TensorFlow runs them as the step starts, so
         # the whole step is exposed to staleness (measured: the real K-async runs' mean
         # staleness is 0.84 of the whole-step prediction), as on an accelerator.
-        input_before_read=False, step_jitter=HARNESS_STEP_JITTER, bandwidth_gbps=None,
-        latency_s=0.0, seed=run_config.seed,
+        input_before_read=False, step_jitter=HARNESS_STEP_JITTER, seed=run_config.seed,
         # Simulate on past the target so the time to each real run's update count is known.
         stop_at_target=False)
 
@@ -292,6 +306,99 @@ def simulate_like(specs, scenario, costs, seeds) -> list[dict]:
     return runs
 
 
+#: float32 numbers per push of the PS probe: 4 KB to 8 MB, around the teacher's 28 KB
+#: and the click-through model's embedding tables (1 M+ parameters).
+PS_PROBE_SIZES = (1_024, 65_536, 524_288, 2_097_152)
+PS_PROBE_PUSHES = 200
+BASE_COSTS = pathlib.Path(__file__).parents[1] / "scenarios" / "bench" / "costs_25ms.json"
+
+
+def probe_ps(cluster, sizes=PS_PROBE_SIZES, pushes=PS_PROBE_PUSHES, repeats=2,
+             progress=None) -> list[dict]:
+    """`cluster_sim.harness.ps_probe.measure_pushes` for every size and mode, from a lone worker
+    and from all of ``cluster``'s workers at once, ``repeats`` times interleaved (the
+    machine's load then hits every size alike)."""
+    from cluster_sim.harness.ps_probe import MODES, measure_pushes
+    out = []
+    for _ in range(repeats):
+        for size in sizes:
+            for mode in MODES:
+                for workers in sorted({1, cluster.num_workers}):
+                    out.append(measure_pushes(cluster, size, pushes, workers, mode))
+                    if progress is not None:
+                        progress(out[-1])
+    return out
+
+
+def ps_costs_json(measurements, base: dict, push_bytes: int, note: str = "") -> dict:
+    """A costs file (``{"note", "costs", "measurements"}``) with the PS and network
+    constants fitted on ``measurements`` (`cluster_sim.sim.ps.fit_ps_costs`) beside the
+    framework costs of ``base`` (a costs file's ``costs``). The framework's cost after
+    the parameter read (``step_overhead_s``) was measured in real runs whose steps
+    already paid the network and the PS's service of a ``push_bytes`` push: that much
+    is taken out of it (at least 0), so a step of the calibrated workload costs what it
+    did when the PS is not saturated, and more when it is.
+
+    >>> ms = [{"mode": m, "workers": 1, "bytes": b, "pushes": 10, "wall_s": 0.05,
+    ...        "ps_cpu_s": 0.01 + (m == "apply") * 0.002} for m in ("accumulate", "apply")
+    ...       for b in (4_000, 8_000)]
+    >>> out = ps_costs_json(ms, {"step_overhead_s": 0.013, "read_overhead_s": 0.012}, 4_000)
+    >>> {k: round(v, 4) for k, v in out["costs"].items() if v is not None}
+    {'step_overhead_s': 0.008, 'read_overhead_s': 0.012, 'ps_push_s': 0.001, 'ps_push_s_per_byte': 0.0, 'ps_apply_s': 0.0002, 'ps_apply_s_per_byte': 0.0, 'network_latency_s': 0.004}
+    """
+    from cluster_sim.sim.ps import PSCosts, fit_ps_costs
+    from cluster_sim.sim.speeds import Network
+    fitted = fit_ps_costs(measurements)
+    ps = PSCosts(fitted["ps_push_s"], fitted["ps_push_s_per_byte"])
+    paid = (ps.push_service(push_bytes)
+            + Network(push_bytes, fitted["network_gbps"], fitted["network_latency_s"]).step_s)
+    costs = dict(base)
+    if "step_overhead_s" in costs:
+        costs["step_overhead_s"] = max(0.0, costs["step_overhead_s"] - paid)
+    costs.update(fitted)
+    return {"note": note, "costs": costs, "measurements": measurements}
+
+
+def run_ps_probe(args) -> int:
+    """``--ps-probe``: measure the PS on a local cluster, write the costs file."""
+    prepare_tensorflow()
+    from cluster_sim.netns import isolate_loopback
+    isolate_loopback()
+    from cluster_sim.harness.config import RunConfig, load_data
+    from cluster_sim.local_cluster import LocalCluster
+    from cluster_sim.workloads import numpy_model
+    base_path = pathlib.Path(args.base_costs)
+    base = json.loads(base_path.read_text())["costs"]
+    bench = load_scenario("bench/homogeneous")
+    push_bytes = numpy_model(load_data(bench), tuple(RunConfig.from_scenario(bench).hidden)
+                             ).nbytes
+    log = lambda m: print(f"{m['bytes']:>9,d} B {m['mode']:10s} {m['workers']} worker(s): "
+                          f"{1e3 * m['wall_s'] / m['pushes']:6.2f} ms/push wall, "
+                          f"{1e3 * m['ps_cpu_s'] / m['pushes']:6.2f} ms PS CPU", flush=True)
+    with LocalCluster(num_workers=args.ps_probe_workers) as cluster:
+        ms = probe_ps(cluster, repeats=args.probe_repeats, progress=log)
+    note = (f"Measured by `python -m cluster_sim calibrate --ps-probe` "
+            f"({time.strftime('%Y-%m-%d', time.gmtime())}, this project's 2-core machine, "
+            f"{args.ps_probe_workers} workers and 1 PS on loopback): {len(ms)} runs of "
+            f"{PS_PROBE_PUSHES} steps, each a pull of a variable and a real push through "
+            f"ksync.tf_state.PSUpdateState, of {', '.join(f'{4 * s:,d}' for s in PS_PROBE_SIZES)} "
+            "bytes, accumulate-only and apply-every-push, from 1 worker and from all at "
+            "once, sizes interleaved (`cluster_sim.harness.ps_probe`), the machine shared "
+            f"with other jobs (load average {os.getloadavg()[0]:.1f} at the end). PS costs: "
+            "the PS process's CPU seconds per push (and the apply runs' extra), lines in "
+            "the bytes; network: a lone worker's wall time per step minus the PS's CPU "
+            "(`cluster_sim.sim.ps.fit_ps_costs`). "
+            f"Framework costs from {base_path.name}, step_overhead_s less the network and "
+            f"PS service of the teacher's {push_bytes:,d}-byte push it already held "
+            "(`ps_costs_json`).")
+    out = ps_costs_json(ms, base, push_bytes, note)
+    path = pathlib.Path(args.ps_probe)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in out["costs"].items()}, indent=1))
+    print(f"written to {path}")
+    return 0
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", "--policies", dest="arms", default="bsp,asp,adaptive",
                         help=f"comma-separated arms ({', '.join(CHOICES)}); {SPEC_HELP}; "
@@ -309,9 +416,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "skip the real cluster")
     parser.add_argument("--out", default="runs/calibration",
                         help="output directory (default runs/calibration)")
+    parser.add_argument("--ps-probe", metavar="COSTS_JSON",
+                        help="measure the PS instead (real pushes of several sizes on a "
+                             "local cluster) and write the simulator's PS and network "
+                             "costs with the --base-costs framework costs to this file")
+    parser.add_argument("--base-costs", default=str(BASE_COSTS),
+                        help="framework costs for --ps-probe's file (default "
+                             "costs_25ms.json)")
+    parser.add_argument("--ps-probe-workers", type=int, default=3,
+                        help="workers of --ps-probe's cluster (default 3)")
 
 
 def run(args) -> int:
+    if args.ps_probe:
+        if args.probe_repeats < 1 or args.ps_probe_workers < 1:
+            print("error: --probe-repeats and --ps-probe-workers must be >= 1",
+                  file=sys.stderr)
+            return 2
+        return run_ps_probe(args)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:

@@ -43,6 +43,7 @@ from ksync.noise import RoundNoise
 from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult, curve_tta, target_reached
 from cluster_sim.sim.clock import EventClock
+from cluster_sim.sim.ps import PSCosts, PSQueue
 from cluster_sim.sim.speeds import Network, make_speed_model
 from cluster_sim.workloads import numpy_model
 from ksync.policies import RECENT_STEPS
@@ -57,8 +58,16 @@ class SimConfig:
     Timing: a step of ``b`` samples on a worker at speed ``s`` computes for
     ``b * us_per_sample / s`` plus framework costs not scaled by speed: ``read_overhead_s``
     before it reads the parameters (e.g. the chief dispatching the step) and
-    ``step_overhead_s`` after, then communicates for the `Network` time; the PS serves pushes one at a
-    time, ``ps_service_s`` each; a worker held at the k-sync gate starts ``gate_latency_s``
+    ``step_overhead_s`` after, then communicates for the `Network` time (``latency_s``
+    plus a pull and a push of the model's bytes at ``bandwidth_gbps``, each worker on a
+    link of its own). The PS tasks (`cluster_sim.sim.ps`: the variables sharded evenly
+    over ``num_ps`` of them) serve pushes one at a time in arrival order, each push
+    ``ps_service_s + ps_push_s_per_byte * bytes / num_ps`` (a sparse gradient's own
+    bytes), and each update ``ps_apply_s + ps_apply_s_per_byte * model bytes / num_ps``
+    (the PS's aggregate is a dense variable); the worker whose push committed, and the
+    workers the update releases, start once it is applied. A worker's iteration time, as
+    the controller sees it, includes its wait in the PS's queue. With every PS cost 0 (the
+    default) a push is applied as it arrives. A worker held at the k-sync gate starts ``gate_latency_s``
     after the version it waits for exists. ``input_before_read`` puts the scenario's
     per-sample time before the worker reads the parameters (an input-bound step), so
     only the overhead and the network count toward staleness; by default the step reads
@@ -91,7 +100,14 @@ class SimConfig:
     read_overhead_s: float = 0.0
     bandwidth_gbps: float | None = 10.0
     latency_s: float = 50e-6
+    # The PS's costs (`cluster_sim.sim.ps.PSCosts`): seconds per push (``ps_service_s``,
+    # per PS task) and per byte pushed, per update and per byte of the model updated;
+    # ``num_ps`` PS tasks share the bytes. Measured by ``calibrate --ps-probe``.
     ps_service_s: float = 0.0
+    ps_push_s_per_byte: float = 0.0
+    ps_apply_s: float = 0.0
+    ps_apply_s_per_byte: float = 0.0
+    num_ps: int = 1
     gate_latency_s: float = 0.0
     input_before_read: bool = False
     step_jitter: float = 0.0
@@ -128,6 +144,12 @@ class SimConfig:
         return LearningRate(self.learning_rate, momentum=self.momentum,
                             start=self.warmup_from, warmup_pushes=self.warmup_pushes)
 
+    @property
+    def ps_costs(self) -> PSCosts:
+        """The PS's costs as a `cluster_sim.sim.ps.PSCosts`."""
+        return PSCosts(self.ps_service_s, self.ps_push_s_per_byte, self.ps_apply_s,
+                       self.ps_apply_s_per_byte)
+
     def with_step_size(self, lr: LearningRate) -> "SimConfig":
         """This config training with ``lr`` (an arm's: `cluster_sim.harness.arms.Arm`).
 
@@ -146,8 +168,11 @@ class SimConfig:
         if not (self.max_pushes or self.max_updates or self.max_time_s):
             raise ValueError("give at least one of max_pushes, max_updates, max_time_s, or "
                              "the simulation never ends")
-        for name in ("step_overhead_s", "read_overhead_s", "ps_service_s", "chunk_overhead_s", "gate_latency_s",
-                     "start_overhead_s", "eval_relative_gap", "step_jitter"):
+        if not isinstance(self.num_ps, int) or self.num_ps < 1:
+            raise ValueError(f"num_ps must be an integer >= 1 (PS tasks), got {self.num_ps!r}")
+        for name in ("step_overhead_s", "read_overhead_s", "chunk_overhead_s", "gate_latency_s",
+                     "start_overhead_s", "eval_relative_gap", "step_jitter", "ps_service_s",
+                     "ps_push_s_per_byte", "ps_apply_s", "ps_apply_s_per_byte"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.lr_scaling != lr_scaling.AUTO:
@@ -259,7 +284,11 @@ class Simulation:
         self.agg_samples = 0.0
         self.round_noise = RoundNoise()  # the current round's gradient norms, as the PS's
         self.noise_sums = np.zeros(2)    # cumulative (|G|^2, tr(S)) of committed rounds
-        self.ps_free = 0.0
+        # The PS tasks' queue (None: the PS costs nothing, a push is applied on arrival);
+        # an update moves the whole model (a dense aggregate: `ksync.tf_state`).
+        self.ps = None if c.ps_costs.free else PSQueue(c.ps_costs, c.num_ps)
+        self.update_bytes = self.model.num_params * np.dtype(self.model.dtype).itemsize
+        self._ready_at = 0.0  # when the latest update is applied
         # Telemetry, as the PS state keeps it; Python lists, as a numpy element update
         # costs several times a list's once per simulated push.
         self.worker_pushes = [0] * n
@@ -347,12 +376,23 @@ class Simulation:
     def _release_waiting(self):
         if self.waiting:
             ready = sorted(w for w in self.waiting if self.state.may_start(w))
+            # Released by an update: once it is applied, then the gate's own delay.
+            delay = self.config.gate_latency_s + max(0.0, self._ready_at - self.clock.now)
             for w in ready:
                 self.waiting.discard(w)
-                self._start(w, self.config.gate_latency_s)
+                self._start(w, delay)
 
     # -- parameter server -----------------------------------------------------------------
-    def _apply_push(self, w):
+    def _push_bytes(self, w) -> int:
+        """Bytes of ``w``'s push: the model's, or a sparse gradient's own rows."""
+        if not self.sparse:
+            return self.model.nbytes
+        if self.requested[w]:
+            self._flush()
+        return self.grads[w].nbytes
+
+    def _apply_push(self, w) -> bool:
+        """The PS applies ``w``'s push; whether it committed an update."""
         c, state = self.config, self.state
         self._inflight -= 1
         if self.requested[w]:
@@ -368,7 +408,9 @@ class Simulation:
         self.worker_pushes[w] += 1
         self.worker_samples[w] += samples
         self.worker_time[w] += step_time
-        self.recent[w].append(step_time)
+        # As the coordinator times a step: to the end of its push, the PS's queue included.
+        self.recent[w].append(step_time if self.ps is None
+                              else self.clock.now - self.step_started[w])
         self._pushed_since_refresh.add(w)
         self.step_started[w] = None
         if result.accepted:
@@ -407,6 +449,8 @@ class Simulation:
             self.model.apply(mean, lr, c.momentum)
             self.agg_samples = 0.0
             self.commits += 1
+            if self.ps is not None:
+                self._ready_at = self.clock.now + self.ps.update_s(self.update_bytes)
         pushes = state.pushed
         # The coordinator counts finished steps and refreshes before the gate check.
         self._since_refresh += 1
@@ -417,13 +461,15 @@ class Simulation:
         if not c.chunk_pushes and pushes >= self._next_eval:
             self._evaluate()
         if state.may_start(w):
-            self._start(w)
+            # A push that committed returns once its update is applied.
+            self._start(w, max(0.0, self._ready_at - self.clock.now))
         else:
             self.waiting.add(w)
         if result.committed:
             self._release_waiting()
         if c.chunk_pushes and self._chunk_started >= c.chunk_pushes and not self._inflight:
             self._end_chunk()
+        return result.committed
 
     def _end_chunk(self):
         # The harness times each fit() whole (its start-up included) before evaluating.
@@ -519,12 +565,16 @@ class Simulation:
             if kind == _READ:
                 self._read(w)
                 continue
-            if kind == _ARRIVE and c.ps_service_s > 0:
-                # The PS applies pushes one at a time, in arrival order.
-                self.ps_free = max(t, self.ps_free) + c.ps_service_s
-                self.clock.schedule(self.ps_free, (_APPLY, w))
+            if kind == _ARRIVE and self.ps is not None:
+                end = self.ps.arrive(t, w, self._push_bytes(w))
+                if end is not None:
+                    self.clock.schedule(end, (_APPLY, w))
                 continue
-            self._apply_push(w)
+            committed = self._apply_push(w)
+            if self.ps is not None:
+                served = self.ps.done(t, self.update_bytes if committed else 0)
+                if served is not None:  # the next push waiting in the queue
+                    self.clock.schedule(served[1], (_APPLY, served[0]))
             if progress is not None and len(self.curve) != seen:
                 seen = len(self.curve)
                 progress(self)
