@@ -272,7 +272,9 @@ class EmbeddingMLP:
         for lo in range(0, len(x), chunk):
             xc, yc = x[lo:lo + chunk], np.asarray(y[lo:lo + chunk])
             rows, emb, inputs = self._eval_inputs(x, lo, xc)
-            np.take(self.table, rows, axis=0, out=emb, mode="clip")  # "raise" buffers
+            # mode "raise" would copy through a buffer; the rows were checked when the
+            # chunk's input was first built (`_inputs` indexes the table with them).
+            np.take(self.table, rows, axis=0, out=emb, mode="clip")
             inputs[:, :emb.size // len(xc)] = emb.reshape(len(xc), -1)
             l, a = self.top.evaluate(inputs, yc)
             loss += l * len(xc)

@@ -143,8 +143,8 @@ class MLP:
         In float64 after the float32 network. Only the label's log-probability is
         formed (``logits[y] - log(sum(exp(logits)))``, the very operations of the whole
         log-softmax, on the elements the loss reads), and the row maximum is taken column
-        by column (a maximum is exact in any order): the same floats, several times
-        faster on the few-class outputs here."""
+        by column (a maximum is exact in any order): the same floats as the whole
+        log-softmax, in half its time on the few-class outputs here."""
         logits = self.logits(self.params, x, out=self.scratch(len(x))).astype(np.float64)
         top = logits[:, 0].copy()
         for j in range(1, logits.shape[1]):

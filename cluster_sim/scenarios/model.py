@@ -244,9 +244,11 @@ class Scenario:
         what plays a scenario (the simulator, the harness) needs seconds."""
         if self.relative_events:
             raise UnresolvedEvents(
-                f"scenario {self.name!r} places {len(self.relative_events)} event(s) at "
-                "fractions of a reference run (at_fraction) and none says how long that "
-                "is: set event_reference_s = SECONDS in the scenario file (or "
+                f"scenario {self.name!r} places "
+                f"{sum(e.action in ('pause', 'kill') for e in self.relative_events)} "
+                "pause or kill event(s) at fractions of a reference run (at_fraction) "
+                "and nothing says how long that run is: "
+                "set event_reference_s = SECONDS in the scenario file (or "
                 "load_scenario(..., overrides={'event_reference_s': SECONDS})), give "
                 "`bench policies --event-reference SECONDS`, or let `bench policies "
                 "--simulate` measure it (tuned BSP's time to the target without the "
