@@ -288,15 +288,20 @@ def test_bench_static_spans_4x_and_the_others_are_what_they_say():
     assert col.mean_speed(5, 0.0, 60.0) == pytest.approx(0.75)
 
 
+# The bench's pause and churn place their events at fractions of a reference run; at a
+# reference of 200 s they fall at 20-40 s and 80-100 s.
+AT_200S = {"event_reference_s": 200.0}
+
+
 def test_bench_pause_and_churn_events():
-    pause = load_scenario("bench/pause")
+    pause = load_scenario("bench/pause", overrides=AT_200S)
     assert [(e.at_s, e.worker, e.action) for e in pause.events] == [
-        (20.0, 1, "pause"), (50.0, 1, "resume"), (90.0, 6, "pause"), (120.0, 6, "resume")]
-    assert pause.effective_speed(1, 30.0) == 0.0 and pause.effective_speed(1, 50.0) == 1.0
-    churn = load_scenario("bench/churn")
+        (20.0, 1, "pause"), (40.0, 1, "resume"), (80.0, 6, "pause"), (100.0, 6, "resume")]
+    assert pause.effective_speed(1, 30.0) == 0.0 and pause.effective_speed(1, 40.0) == 1.0
+    churn = load_scenario("bench/churn", overrides=AT_200S)
     assert [(e.at_s, e.worker, e.action) for e in churn.events] == [
-        (20.0, 3, "kill"), (50.0, 3, "restart"), (90.0, 4, "kill"), (120.0, 4, "restart")]
-    assert churn.mean_speed(4, 80.0, 130.0) == pytest.approx(20 / 50)
+        (20.0, 3, "kill"), (40.0, 3, "restart"), (80.0, 4, "kill"), (100.0, 4, "restart")]
+    assert churn.mean_speed(4, 70.0, 120.0) == pytest.approx(30 / 50)
 
 
 def _trace_medians(path, workers):
@@ -451,18 +456,20 @@ def test_simulator_and_harness_agree_on_speeds(name):
 
 
 def test_simulator_plays_pauses_and_kills_of_the_bench_scenarios():
-    pause = make_speed_model("bench/pause", num_workers=16, us_per_sample=1000)
+    pause = make_speed_model(load_scenario("bench/pause", overrides=AT_200S), num_workers=16,
+                             us_per_sample=1000)
     step = 0.032  # 32 samples at 1 ms, speed 1
     assert pause.compute_time(1, 0.0, 32) == pytest.approx(step)
-    # Started 10 ms before the pause: 10 ms done, frozen 30 s, then the other 22 ms.
-    assert pause.compute_time(1, 19.99, 32) == pytest.approx(30.0 + step)
-    assert pause.compute_time(9, 19.99, 32) == pytest.approx(30.0 + step)  # tiled worker 9
-    assert pause.compute_time(1, 35.0, 32) == pytest.approx(15.0 + step)  # waits the resume
+    # Started 10 ms before the pause: 10 ms done, frozen 20 s, then the other 22 ms.
+    assert pause.compute_time(1, 19.99, 32) == pytest.approx(20.0 + step)
+    assert pause.compute_time(9, 19.99, 32) == pytest.approx(20.0 + step)  # tiled worker 9
+    assert pause.compute_time(1, 35.0, 32) == pytest.approx(5.0 + step)  # waits the resume
     assert pause.compute_time(0, 19.99, 32) == pytest.approx(step)
-    churn = make_speed_model("bench/churn", num_workers=8, us_per_sample=1000)
-    # Worker 4 (speed 1) killed at 90 s: the step under way is lost, begun again at 120 s.
-    assert churn.compute_time(4, 89.99, 32) == pytest.approx(30.01 + step)
-    assert churn.compute_time(3, 19.99, 32) == pytest.approx(30.01 + 4 * step)  # speed 0.25
+    churn = make_speed_model(load_scenario("bench/churn", overrides=AT_200S), num_workers=8,
+                             us_per_sample=1000)
+    # Worker 4 (speed 1) killed at 80 s: the step under way is lost, begun again at 100 s.
+    assert churn.compute_time(4, 79.99, 32) == pytest.approx(20.01 + step)
+    assert churn.compute_time(3, 19.99, 32) == pytest.approx(20.01 + 4 * step)  # speed 0.25
     never = parse_scenario({"workers": 2, "events": [{"action": "kill", "worker": 1,
                                                       "at_s": 1.0}]})
     assert make_speed_model(never, 2, 1000).compute_time(1, 5.0, 32) == math.inf

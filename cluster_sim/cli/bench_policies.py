@@ -78,7 +78,7 @@ import statistics
 import sys
 import time
 
-from cluster_sim.cli import command_line, parse_seeds
+from cluster_sim.cli import command_line, event_reference, parse_seeds
 from cluster_sim.cli.arm_grid import (FAMILIES, ORDER, BenchArm, baseline_label,  # noqa: F401
                                       bench_arms, check_arms, coarse_arms, grid_edges,
                                       matrix_specs, refined_arms, tuned_arms,
@@ -493,6 +493,30 @@ def _tune(arms, scenario, run_config, seeds, log, what, staged=False, **matrix) 
     return tuned
 
 
+def _event_reference(scenario, n, store_dir, conditions, config, run_config, data, lr_grid,
+                     tune_seeds, args, log):
+    """``(seconds, how)``: the reference of events at fractions of a run
+    (`cluster_sim.cli.event_reference`): tuned BSP's median time to target on
+    ``scenario`` (without those events) on ``n`` simulated workers, over the tuning seeds
+    (100-102 without), its runs kept in ``store_dir``."""
+    from cluster_sim.cli.run_store import RunStore
+    seeds = list(tune_seeds) or list(event_reference.DEFAULT_SEEDS)
+    config = dataclasses.replace(config, scenario=scenario)
+    matrix = dict(sim_config=config, data=data, jobs=args.jobs,
+                  store=RunStore(store_dir, conditions(scenario, config), fresh=args.fresh))
+    specs = [ArmSpec("bsp")]
+    tuned = _tune(_arms(specs, n, scenario, lr_grid), scenario, run_config, seeds, log,
+                  f"the events' reference: BSP on {n} workers without them",
+                  staged=args.tune_stages, **matrix)
+    (arm,) = [a for a in _arms(specs, n, scenario, lr_grid, tuned) if not a.linear]
+    seconds = event_reference.reference_seconds(
+        run_matrix([arm], scenario, seeds, run_config, **matrix), seeds)
+    how = (f"{arm.arm.label}'s median time to target without them on {n} simulated "
+           f"workers, seeds {', '.join(map(str, seeds))}")
+    log(f"{scenario.name}: events' reference {seconds:.1f} s ({how})")
+    return seconds, how
+
+
 def _calibration(real, arms, scenario, run_config, costs, data, jobs=1) -> str:
     """The simulator beside the real runs: the same arms and seeds simulated with the
     probed costs, as `cluster_sim.cli.calibrate.error_table` (real and simulated median
@@ -586,6 +610,9 @@ def run(args) -> int:
                              "harness's step reads the parameters as it starts); add "
                              "--simulate")
         scenarios = {n: load_bench_scenario(n, args) for n in names}
+        if not args.simulate and args.event_reference is None:
+            for scenario in scenarios.values():
+                scenario.check_resolved()  # real runs: the reference is the command's
         for scenario in scenarios.values():
             target_loss(args.target, scenario)  # a bad --target before any run
         if args.costs not in ("probe", "none"):
@@ -648,15 +675,20 @@ def run(args) -> int:
                 if args.num_ps:
                     config = dataclasses.replace(config, num_ps=args.num_ps)
                 store_dir = out / f"{name.replace('/', '_')}_sim{n}_runs"
+                conditions = lambda s, c: _sim_conditions(s, us, run_config, costs, c)
                 try:
-                    store = RunStore(store_dir, _sim_conditions(scenario, us, run_config,
-                                                                costs, config),
-                                     fresh=args.fresh)
+                    placed, events = event_reference.resolve(
+                        scenario, args.event_reference, lambda bare: _event_reference(
+                            bare, n, out / f"{store_dir.name[:-5]}_reference_runs",
+                            conditions, config, run_config, data, lr_grid, tune_seeds, args,
+                            log))
+                    config = dataclasses.replace(config, scenario=placed)
+                    store = RunStore(store_dir, conditions(placed, config), fresh=args.fresh)
                 except ValueError as err:
                     print(f"error: {err}", file=sys.stderr)
                     return 2
-                plan.append((name, n, scenario, us, run_config, data, config, store))
-        for name, n, scenario, us, run_config, data, config, store in plan:
+                plan.append((name, n, placed, us, run_config, data, config, store, events))
+        for name, n, scenario, us, run_config, data, config, store, events in plan:
             if tune_seeds:
                 tuned[name, n] = _tune(
                     _arms(specs, n, scenario, lr_grid), scenario, run_config, tune_seeds,
@@ -681,10 +713,11 @@ def run(args) -> int:
                                  meta, {"costs": costs, "us_per_sample": us}, title)
             missing = total - len(results)
             text += _grid_note(args, tuned[name, n], tune_seeds)
+            text += f"\n\n{events}" if events else ""
             text += _incomplete(missing, total, store.directory, log)
             sections.append(text)
             summary["scenarios"][f"{name}@{n}"] = dict(
-                data_, us_per_sample=us, missing_runs=missing,
+                data_, us_per_sample=us, missing_runs=missing, events=scenario.summary(),
                 tuned_settings=_settings(tuned[name, n]))
             log("\n" + text + "\n")
     else:
@@ -706,7 +739,8 @@ def run(args) -> int:
                     costs = _probe_costs(cluster, scenario, args.probe_repeats, log)
                 summary["costs"] = costs
                 us = _us_per_sample(scenario, costs, args, log)
-                scenario = load_bench_scenario(name, args, us)
+                scenario, events = event_reference.resolve(
+                    load_bench_scenario(name, args, us), args.event_reference, None)
                 run_config = _run_config(scenario, args)
                 data = load_data(scenario)
                 try:
@@ -750,6 +784,7 @@ def run(args) -> int:
                          f"t=0): {1e3 * in_runs:.1f} ms; the injected "
                          f"{1e3 * injected:.1f} ms is {injected / in_runs:.1f}x that.")
             text += _grid_note(args, chosen, tune_seeds)
+            text += f"\n\n{events}" if events else ""
             text += _incomplete(missing, len(arms) * len(seeds), store_dir, log)
             if results and not args.no_calibration:
                 calibration = _calibration(results, arms, scenario, run_config, costs, data,
@@ -913,6 +948,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "changing the simulator: a stored run is taken as it is)")
     parser.add_argument("--no-calibration", action="store_true",
                         help="real runs: skip simulating the same arms beside them")
+    parser.add_argument("--event-reference", type=float, default=None, metavar="SECONDS",
+                        help="the reference run's seconds of scenarios placing events at "
+                             "fractions of a run (at_fraction; every scenario and worker "
+                             "count of the command). Real runs need it; --simulate measures "
+                             "it otherwise: tuned BSP's time to the target without those "
+                             "events, on the tuning seeds (cluster_sim.cli.event_reference)")
     parser.add_argument("--traces", default=None, help="trace directory for trace scenarios")
     parser.add_argument("--machine-usage", default=None,
                         help="machine-usage CSV (or directory) for colocated_usage")

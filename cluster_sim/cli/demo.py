@@ -106,6 +106,7 @@ def run(args) -> int:
         return 2
     try:
         scenario = load_scenario(args.scenario, traces_dir=args.traces)
+        scenario.check_resolved()  # before a cluster starts, not at its first run
         if args.blackbox:
             scenario = dataclasses.replace(scenario, inject="sigstop")
         overrides = {"max_pushes": args.max_pushes} if args.max_pushes else {}

@@ -81,6 +81,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
     evaluation ``progress(pushes, accuracy)`` is called, or ``progress.point(point)``
     (the whole curve point, loss included) when ``progress`` has that method, as
     `cluster_sim.harness.progress.TargetBar` has."""
+    scenario.check_resolved()  # events at fractions of a run need the run's length
     import predictor
     import tf_keras as keras
 

@@ -12,10 +12,12 @@
 Pure data: imports neither the harness nor the simulator, both of which read scenarios.
 """
 
-from cluster_sim.scenarios.model import Event, Scenario, SpeedSchedule
+from cluster_sim.scenarios.model import (Event, RelativeEvent, Scenario, SpeedSchedule,
+                                         UnresolvedEvents)
 from cluster_sim.scenarios.reader import (BENCH_DIR, BUILTIN_DIR, bench_names, builtin_names,
                                           load_scenario, parse_scenario)
 from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR
 
-__all__ = ["SpeedSchedule", "Event", "Scenario", "load_scenario", "builtin_names",
+__all__ = ["SpeedSchedule", "Event", "RelativeEvent", "UnresolvedEvents", "Scenario",
+           "load_scenario", "builtin_names",
            "bench_names", "parse_scenario", "BUILTIN_DIR", "BENCH_DIR", "DEFAULT_TRACE_DIR"]

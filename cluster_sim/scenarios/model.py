@@ -31,7 +31,8 @@ import math
 
 import numpy as np
 
-__all__ = ["SpeedSchedule", "Event", "Scenario", "INJECT_MODES"]
+__all__ = ["SpeedSchedule", "Event", "RelativeEvent", "Scenario", "INJECT_MODES",
+           "UnresolvedEvents"]
 
 INJECT_MODES = ("delay", "sigstop")
 
@@ -128,11 +129,56 @@ class Event:
 
 
 @dataclasses.dataclass(frozen=True)
+class RelativeEvent:
+    """An `Event` placed at ``at_fraction`` of a reference duration instead of at fixed
+    seconds (`Scenario.resolve_events` turns it into seconds): a run whose length
+    depends on the cluster (64 workers finish in a fraction of 8 workers' time) still
+    sees all of it. The reference is the run the scenario's own file names; for the
+    benchmark's, tuned BSP's time to the target on the same cluster without the events
+    (`docs/simulator.md`, "Events as fractions of a run").
+
+    >>> RelativeEvent(0.1, 1, "pause").at(250.0)
+    Event(at_s=25.0, worker=1, action='pause')
+    """
+
+    at_fraction: float
+    worker: int
+    action: str
+
+    def at(self, reference_s: float) -> Event:
+        return Event(self.at_fraction * reference_s, self.worker, self.action)
+
+
+def event_order(e):
+    """Sort key of events: by time; at equal times a resume or restart comes first, so
+    a worker may be paused again the moment it resumes."""
+    return (e.at_s, e.action not in ("resume", "restart"), e.worker)
+
+
+def check_event_order(events) -> None:
+    """Raise ValueError when pauses and kills of one worker overlap in ``events``
+    (sorted by `event_order`): resume only what is paused, restart only what is killed."""
+    state = {}
+    for e in events:
+        before = state.get(e.worker, "running")
+        expected = {"pause": "running", "kill": "running", "resume": "pause",
+                    "restart": "kill"}[e.action]
+        if before != expected:
+            raise ValueError(f"worker {e.worker}: {e.action} at {e.at_s:g} s while it is "
+                             f"{'in a ' + before if before != 'running' else 'running'}; "
+                             "pauses and kills of a worker must not overlap")
+        state[e.worker] = "running" if e.action in ("resume", "restart") else e.action
+
+
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     """Everything a policy comparison shares: cluster, workload, slowdowns, stopping rule.
 
     ``slowdowns[i]`` is worker i's tuple of `SpeedSchedule` factors (their product is its
-    speed); ``events`` are sorted by time. ``target_loss`` (validation loss), when set,
+    speed); ``events`` are sorted by time. ``relative_events`` (`RelativeEvent`) are
+    events still to place at fractions of a reference duration: a scenario holding any
+    is not played (`check_resolved`) until `resolve_events` has turned them into
+    ``events``. ``target_loss`` (validation loss), when set,
     is the target instead of the workload's own (`cluster_sim.harness.config.targets`);
     ``target`` names one of the workload's own (``"early"``, ``"late"``: ``ctr`` has
     both), None its default. ``num_ps`` is the real cluster's PS tasks: a workload with
@@ -149,6 +195,7 @@ class Scenario:
     momentum: float = 0.9
     slowdowns: tuple = ()
     events: tuple = ()
+    relative_events: tuple = ()
     target_accuracy: float = 0.93
     target_loss: float | None = None
     target: str | None = None
@@ -165,10 +212,47 @@ class Scenario:
                              "workers; give one (possibly empty) tuple per worker")
         if self.inject not in INJECT_MODES:
             raise ValueError(f"expected one of {', '.join(INJECT_MODES)}, got {self.inject!r}")
-        if self.inject == "sigstop" and self.events:
+        if self.inject == "sigstop" and (self.events or self.relative_events):
             raise ValueError("the sigstop duty cycle cannot be combined with pause or kill "
                              f"events (scenario {self.name!r}; both stop and continue the "
                              "worker process); use inject = \"delay\" with events")
+
+    def resolve_events(self, reference_s: float) -> "Scenario":
+        """This scenario with its `RelativeEvent`s placed at their fractions of
+        ``reference_s`` seconds, among its fixed-second events (itself if it has none).
+
+        >>> s = Scenario("p", 2, relative_events=(RelativeEvent(0.1, 1, "pause"),
+        ...                                       RelativeEvent(0.3, 1, "resume")))
+        >>> [(e.at_s, e.action) for e in s.resolve_events(200.0).events]
+        [(20.0, 'pause'), (60.0, 'resume')]
+        >>> s.resolve_events(200.0).summary()
+        'p: 2 workers, 1 PS, speeds at t=0 [1.00, 1.00], w1 pause at 20s; w1 resume at 60s'
+        """
+        if not self.relative_events:
+            return self
+        if not (isinstance(reference_s, (int, float)) and 0 < reference_s < math.inf):
+            raise ValueError(f"scenario {self.name!r}: the reference duration its event "
+                             f"fractions are of must be a number of seconds > 0, got "
+                             f"{reference_s!r}")
+        events = sorted(self.events + tuple(e.at(float(reference_s))
+                                            for e in self.relative_events), key=event_order)
+        check_event_order(events)
+        return dataclasses.replace(self, events=tuple(events), relative_events=())
+
+    def check_resolved(self) -> None:
+        """Raise `UnresolvedEvents` if events still wait for their reference duration:
+        what plays a scenario (the simulator, the harness) needs seconds."""
+        if self.relative_events:
+            raise UnresolvedEvents(
+                f"scenario {self.name!r} places "
+                f"{sum(e.action in ('pause', 'kill') for e in self.relative_events)} "
+                "pause or kill event(s) at fractions of a reference run (at_fraction) "
+                "and nothing says how long that run is: "
+                "set event_reference_s = SECONDS in the scenario file (or "
+                "load_scenario(..., overrides={'event_reference_s': SECONDS})), give "
+                "`bench policies --event-reference SECONDS`, or let `bench policies "
+                "--simulate` measure it (tuned BSP's time to the target without the "
+                "events, on the tuning seeds)")
 
     def speed(self, worker: int, t_s: float) -> float:
         """Relative speed of ``worker`` at ``t_s`` seconds (slowdowns only; see
@@ -207,14 +291,16 @@ class Scenario:
         >>> Scenario("s", num_workers=2, slowdowns=((SpeedSchedule((0.0,), (0.5,)),), ())).steady()
         True
         """
-        return not self.events and all(len(set(f.speeds)) == 1
+        return not (self.events or self.relative_events) and all(len(set(f.speeds)) == 1
                                         for w in range(self.num_workers)
                                         for f in self._factors(w))
 
     def summary(self) -> str:
         """One line for logs and report headers."""
         speeds = ", ".join(f"{s:.2f}" for s in self.speeds_at(0.0))
-        events = "; ".join(f"w{e.worker} {e.action} at {e.at_s:g}s" for e in self.events)
+        events = "; ".join([f"w{e.worker} {e.action} at {e.at_s:g}s" for e in self.events]
+                           + [f"w{e.worker} {e.action} at {e.at_fraction:g} of the "
+                              "reference run" for e in self.relative_events])
         return (f"{self.name}: {self.num_workers} workers, {self.num_ps} PS, speeds at t=0 "
                 f"[{speeds}]" + (f", {events}" if events else "")
                 + (", black-box SIGSTOP duty cycle" if self.inject == "sigstop" else ""))
@@ -223,3 +309,7 @@ class Scenario:
         if not 0 <= worker < self.num_workers:
             raise ValueError(f"worker {worker} out of range for {self.num_workers} workers")
         return self.slowdowns[worker] if self.slowdowns else ()
+
+
+class UnresolvedEvents(ValueError):
+    """A scenario's events are fractions of a reference run no one has measured."""

@@ -56,6 +56,14 @@ TOML keys (all optional except ``workers``)::
     worker = 3
     at_s = 20
     duration_s = 20
+    [[events]]                         # or at fractions of a reference run's duration
+    action = "kill"                    # (restart_at_fraction to restart; a pause takes
+    worker = 1                         # duration_fraction)
+    at_fraction = 0.1
+    restart_at_fraction = 0.2
+    event_reference_s = 300.0          # top level: the reference's seconds, when known
+                                       # (omit: `bench policies` measures it; anything
+                                       # else refuses to play the scenario until given)
 
 Example:
 
@@ -74,12 +82,14 @@ Example:
 
 from __future__ import annotations
 
+import math
 import pathlib
 import tomllib
 
 from cluster_sim.ctr import CTR_TARGETS
 from cluster_sim.scenarios.machine_usage import machine_speeds, usage_file, usage_schedules
-from cluster_sim.scenarios.model import Event, Scenario, SpeedSchedule
+from cluster_sim.scenarios.model import (Event, RelativeEvent, Scenario, SpeedSchedule,
+                                         check_event_order, event_order)
 from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR, load_trace_series, trace_schedules
 
 __all__ = ["BUILTIN_DIR", "BENCH_DIR", "builtin_names", "bench_names", "load_scenario",
@@ -90,7 +100,7 @@ BENCH_DIR = BUILTIN_DIR / "bench"
 
 _TOP_KEYS = {"name", "description", "workers", "ps", "data", "target", "target_accuracy",
              "target_loss", "time_budget_s", "max_pushes", "us_per_sample", "model", "training",
-             "slowdowns", "events"}
+             "slowdowns", "events", "event_reference_s"}
 _TRACE_KEYS = {"dir", "job", "workers", "time_unit_s"}
 _USAGE_KEYS = {"dir", "machines", "workers", "grid_s", "time_unit_s", "start_s"}
 # The workloads of `cluster_sim.workloads` a scenario may name, and the targets each
@@ -229,19 +239,29 @@ class _Reader:
         slow = self.section(table, "slowdowns")
         inject = self.get(slow, "inject", str, "delay", "slowdowns.")
         factors = self.slowdowns(slow, n, batch_size * us_per_sample * 1e-6)
-        events = []
+        events, relative = [], []
         for i, ev in enumerate(self.array(table, "events", "events")):
-            events += self.events(f"events[{i}]", ev, n)
-        events.sort(key=_event_order)
+            placed = self.events(f"events[{i}]", ev, n)
+            (relative if isinstance(placed[0], RelativeEvent) else events).extend(placed)
+        events.sort(key=event_order)
         self.check_event_order(events)
+        # At any reference the fractions keep their order: check them on their own now,
+        # beside the fixed-second events once placed (`Scenario.resolve_events`).
+        relative.sort(key=lambda e: event_order(e.at(1.0)))
+        self.check_event_order([e.at(1.0) for e in relative])
+        reference = self.get(table, "event_reference_s", float, None)
+        if reference is not None and not relative:
+            self.fail("event_reference_s", "no event is placed at a fraction (at_fraction): "
+                                           "remove it, or place events with at_fraction")
         try:
-            return Scenario(
+            scenario = Scenario(
                 name=self.get(table, "name", str, self.src.stem if self.src.suffix else "scenario"),
                 num_workers=n, num_ps=self.get(table, "ps", int, 1), hidden=tuple(hidden),
                 data=data, batch_size=batch_size,
                 learning_rate=self.get(training, "learning_rate", float, 0.05, "training."),
                 momentum=momentum, slowdowns=tuple(tuple(f) for f in factors),
-                events=tuple(events), target_accuracy=target,
+                events=tuple(events), relative_events=tuple(relative),
+                target_accuracy=target,
                 target_loss=self.get(table, "target_loss", float, None), target=named,
                 time_budget_s=self.get(table, "time_budget_s", float, 120.0),
                 max_pushes=self.get(table, "max_pushes", int, 1200),
@@ -249,6 +269,12 @@ class _Reader:
                 description=self.get(table, "description", str, ""), source=self.where)
         except ValueError as err:  # the model checks how slowdowns are injected
             self.fail("slowdowns.inject", str(err))
+        if reference is None:
+            return scenario
+        try:
+            return scenario.resolve_events(reference)
+        except ValueError as err:
+            self.fail("events", f"at event_reference_s = {reference:g}: {err}")
 
     def slowdowns(self, slow, n, default_unit_s):
         """Each worker's list of `SpeedSchedule` factors."""
@@ -391,14 +417,27 @@ class _Reader:
         return trace_schedules([by_worker[str(w)] for w in wanted], unit)
 
     def events(self, key, ev, n):
+        """The events of one ``[[events]]`` table: `Event`s at seconds, or
+        `RelativeEvent`s at fractions (``at_fraction``, ``duration_fraction``,
+        ``restart_at_fraction``), never a mix."""
         if not isinstance(ev, dict):
             self.fail(key, f"expected a table, got {ev!r}")
         action = ev.get("action")
         if action not in ("pause", "kill"):
             self.fail(key + ".action", f"expected 'pause' or 'kill', got {action!r}")
-        if "worker" not in ev or "at_s" not in ev:
-            self.fail(key, "needs worker and at_s")
+        seconds = {"at_s", "duration_s", "restart_at_s"} & set(ev)
+        fractions = {"at_fraction", "duration_fraction", "restart_at_fraction"} & set(ev)
+        if seconds and fractions:
+            self.fail(key, f"mixes seconds ({', '.join(sorted(seconds))}) and fractions "
+                           f"({', '.join(sorted(fractions))}); give at_s with duration_s / "
+                           "restart_at_s, or at_fraction with duration_fraction / "
+                           "restart_at_fraction")
+        if "worker" not in ev or not ({"at_s", "at_fraction"} & set(ev)):
+            self.fail(key, "needs worker and at_s (seconds) or at_fraction (of the "
+                           "reference run)")
         worker = self.workers(key + ".worker", [ev["worker"]], n)[0]
+        if fractions:
+            return self.relative_events(key, ev, worker, action)
         at = self.get(ev, "at_s", float, None, key + ".", positive=False)
         if at < 0:
             self.fail(key + ".at_s", f"must be >= 0, got {at}")
@@ -415,21 +454,31 @@ class _Reader:
             out.append(Event(restart, worker, "restart"))
         return out
 
+    def relative_events(self, key, ev, worker, action):
+        """`RelativeEvent`s of one table with ``at_fraction`` (see `events`)."""
+        at = self.get(ev, "at_fraction", float, None, key + ".", positive=False)
+        if not 0 <= at < math.inf:
+            self.fail(key + ".at_fraction", f"must be a finite fraction >= 0, got {at}")
+        out = [RelativeEvent(at, worker, action)]
+        if action == "pause":
+            if "duration_fraction" not in ev:
+                self.fail(key + ".duration_fraction",
+                          "missing: how long the worker stays frozen, as a fraction of the "
+                          "reference run")
+            out.append(RelativeEvent(
+                at + self.get(ev, "duration_fraction", float, None, key + "."), worker,
+                "resume"))
+        elif "restart_at_fraction" in ev:
+            restart = self.get(ev, "restart_at_fraction", float, None, key + ".")
+            if not at < restart < math.inf:
+                self.fail(key + ".restart_at_fraction",
+                          f"must be after at_fraction ({at}), got {restart}")
+            out.append(RelativeEvent(restart, worker, "restart"))
+        return out
+
     def check_event_order(self, events):
         """Pauses and kills of one worker must not overlap (resume what is paused, etc.)."""
-        state = {}
-        for e in events:
-            before = state.get(e.worker, "running")
-            expected = {"pause": "running", "kill": "running", "resume": "pause",
-                        "restart": "kill"}[e.action]
-            if before != expected:
-                self.fail("events", f"worker {e.worker}: {e.action} at {e.at_s:g} s while it "
-                                    f"is {'in a ' + before if before != 'running' else 'running'}"
-                                    "; pauses and kills of a worker must not overlap")
-            state[e.worker] = "running" if e.action in ("resume", "restart") else e.action
-
-
-def _event_order(e: Event):
-    # At equal times a resume or restart comes first, so a worker may be paused again
-    # the moment it resumes.
-    return (e.at_s, e.action not in ("resume", "restart"), e.worker)
+        try:
+            check_event_order(events)
+        except ValueError as err:
+            self.fail("events", str(err))

@@ -85,6 +85,7 @@ class ScenarioSpeeds(SpeedModel):
 
     def __init__(self, scenario: Scenario, num_workers: int, us_per_sample: float, seed=0):
         super().__init__(num_workers, us_per_sample, seed)
+        scenario.check_resolved()  # events at fractions of a run need the run's length
         self.scenario = scenario
         self.name = scenario.name
         self.downtime = [_downtime(scenario.events, w) for w in range(scenario.num_workers)]

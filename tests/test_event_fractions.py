@@ -1,0 +1,123 @@
+"""Pause and churn events placed at fractions of a reference run (issue 46, item 6):
+reading them, placing them in seconds, refusing to play them unplaced, and `bench
+policies` measuring the reference (tuned BSP without the events) on the tuning seeds."""
+
+import json
+
+import pytest
+
+from cluster_sim.cli import event_reference
+from cluster_sim.scenarios import UnresolvedEvents, load_scenario, parse_scenario
+from cluster_sim.sim.speeds import make_speed_model
+from test_bench_policies import TINY
+
+PAUSE = {"action": "pause", "worker": 1, "at_fraction": 0.1, "duration_fraction": 0.2}
+KILL = {"action": "kill", "worker": 0, "at_fraction": 0.5, "restart_at_fraction": 0.75}
+
+
+def scenario(*events, **top):
+    return parse_scenario({"workers": 2, "events": list(events), **top}, source="s.toml")
+
+
+def test_fractions_are_placed_at_the_reference_among_fixed_seconds():
+    s = scenario(PAUSE, KILL, {"action": "pause", "worker": 0, "at_s": 5.0, "duration_s": 1.0})
+    assert [(e.at_s, e.worker, e.action) for e in s.events] == [(5.0, 0, "pause"),
+                                                                (6.0, 0, "resume")]
+    placed = s.resolve_events(200.0)
+    assert [(e.at_s, e.worker, e.action) for e in placed.events] == [
+        (5.0, 0, "pause"), (6.0, 0, "resume"), (20.0, 1, "pause"),
+        (pytest.approx(60.0), 1, "resume"), (100.0, 0, "kill"), (150.0, 0, "restart")]
+    assert placed.relative_events == () and placed.resolve_events(1.0) is placed
+    assert "w0 kill at 100s" in placed.summary()
+    assert "w0 kill at 0.5 of the reference run" in s.summary()
+    # The file may say the reference itself; then it loads placed.
+    assert scenario(PAUSE, event_reference_s=50.0).events[0].at_s == 5.0
+
+
+def test_an_unplaced_scenario_is_refused_with_how_to_give_the_reference():
+    s = scenario(PAUSE)
+    with pytest.raises(UnresolvedEvents, match="event_reference_s = SECONDS.*--event-reference"):
+        make_speed_model(s, 2, 300.0)
+    from cluster_sim.harness.run import run_arm
+    with pytest.raises(UnresolvedEvents, match="at_fraction"):
+        run_arm(None, None, s)  # before it touches the cluster
+    # Without fraction events nothing is asked for.
+    make_speed_model(scenario({"action": "pause", "worker": 1, "at_s": 1.0,
+                               "duration_s": 1.0}), 2, 300.0)
+
+
+@pytest.mark.parametrize("events, top, problem", [
+    ([dict(PAUSE, at_s=3.0)], {}, r"events\[0\]: mixes seconds \(at_s\) and fractions"),
+    ([{"action": "pause", "worker": 1, "at_fraction": 0.1}], {}, "duration_fraction: missing"),
+    ([dict(KILL, restart_at_fraction=0.4)], {}, "restart_at_fraction: must be after"),
+    ([dict(PAUSE, at_fraction=-0.1)], {}, "at_fraction: must be a finite fraction"),
+    ([PAUSE, dict(PAUSE, at_fraction=0.2)], {}, "worker 1: pause at 0.2 s while it is in a pause"),
+    ([{"action": "pause", "worker": 1, "at_s": 1.0, "duration_s": 1.0}],
+     {"event_reference_s": 9.0}, "event_reference_s: no event is placed at a fraction"),
+    # Seconds and fractions that overlap only once placed: named at the reference.
+    ([PAUSE, {"action": "pause", "worker": 1, "at_s": 25.0, "duration_s": 1.0}],
+     {"event_reference_s": 200.0}, "at event_reference_s = 200: worker 1: pause at 25"),
+])
+def test_bad_fraction_events_are_named(events, top, problem):
+    with pytest.raises(ValueError, match=problem):
+        scenario(*events, **top)
+
+
+def test_the_reference_is_measured_without_the_fraction_events_or_given():
+    s = scenario(PAUSE, {"action": "pause", "worker": 0, "at_s": 5.0, "duration_s": 1.0})
+    seen = []
+
+    def measure(bare):
+        seen.append(bare)
+        return 80.0, "measured"
+
+    placed, note = event_reference.resolve(s, None, measure)
+    assert len(seen[0].events) == 2 and not seen[0].relative_events  # fixed events stay
+    pause_at = lambda placed: next(e.at_s for e in placed.events if e.worker == 1)
+    assert pause_at(placed) == 8.0 and note.startswith(
+        "Events at fractions of a reference run of 80 s (measured): ")
+    placed, note = event_reference.resolve(s, 40.0, measure)
+    assert len(seen) == 1 and pause_at(placed) == 4.0 and "--event-reference" in note
+    with pytest.raises(UnresolvedEvents):
+        event_reference.resolve(s, None, None)
+    fixed = scenario()
+    assert event_reference.resolve(fixed, None, None) == (fixed, "")
+
+
+def test_the_bench_places_the_events_at_tuned_bsps_time_on_the_tuning_seeds(tmp_path, capsys):
+    from cluster_sim.__main__ import main
+    path = tmp_path / "frac.toml"
+    path.write_text(FRACTIONS)
+    out = tmp_path / "out"
+    command = ["bench", "policies", "--simulate", "--costs", "none", "--scenario", str(path),
+               "--arms", "bsp", "--seeds", "1", "--tune-seeds", "100-101", "--lr-grid",
+               "0.05,0.1", "--workers", "4", "--out", str(out)]
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    (store,) = out.glob("*_sim4_reference_runs")  # the reference's runs, kept apart
+    reference = [json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines()]
+    assert {r["seed"] for r in reference} == {100, 101}  # tuning seeds, never reported ones
+    best = min(("BSP @lr=0.05", "BSP @lr=0.1"), key=lambda p: sorted(
+        r["tta_s"] for r in reference if r["policy"] == p))
+    seconds = sorted(r["tta_s"] for r in reference if r["policy"] == best)
+    median = (seconds[0] + seconds[1]) / 2
+    assert f"events' reference {median:.1f} s ({best}'s median" in printed
+    table = json.loads((out / "results.json").read_text())["scenarios"]
+    (row,) = table.values()
+    assert f"w2 pause at {0.2 * median:g}s" in row["events"]  # the stores state the seconds
+    assert f"reference run of {median:g} s" in (out / "bench.md").read_text()
+    capsys.readouterr()
+    # Real runs take the reference from the command, before any cluster starts.
+    assert main(["bench", "policies", "--scenario", str(path), "--arms", "bsp",
+                 "--out", str(tmp_path / "real")]) == 2
+    assert "--event-reference SECONDS" in capsys.readouterr().err
+
+
+# The bench tests' tiny digits scenario, with a pause at fractions of the reference run.
+FRACTIONS = TINY + """
+[[events]]
+action = "pause"
+worker = 2
+at_fraction = 0.2
+duration_fraction = 0.3
+"""
