@@ -268,8 +268,12 @@ def test_the_simulator_runs_the_products_controller_and_allocation_schedule():
 
 
 class WithinTolerance(ksync.Policy):
-    """From BSP to K-async over the workers within 1.3x of the fastest: a decision from
-    the measured step times alone, which the strategy and the simulator measure alike."""
+    """From BSP to K-async over the workers within 1.9x of the fastest: a decision from
+    the measured step times alone, which the strategy and the simulator measure alike.
+    1.9x is about the geometric middle of the test's step times (equal, and 3.5x slower:
+    5x the compute plus a framework cost that does not scale): at 1.3x a loaded
+    machine's noise on the real steps (two equal workers 1.3x apart) changed the
+    decision."""
 
     name, refresh_every = "within", 10
 
@@ -281,11 +285,11 @@ class WithinTolerance(ksync.Policy):
         times = [now[w] for w in observation.live_workers if now[w]]
         if not times:
             return None
-        k = sum(t <= 1.3 * min(times) for t in times)
+        k = sum(t <= 1.9 * min(times) for t in times)
         rule = Rule(k=k, wait=False, max_staleness=4)
         if rule == context.rule:
             return None
-        return rule, f"{k} of {len(times)} measured workers within 1.3x of the fastest"
+        return rule, f"{k} of {len(times)} measured workers within 1.9x of the fastest"
 
 
 def test_strategy_and_simulator_decide_alike_on_the_same_speeds(cluster):
@@ -318,7 +322,7 @@ def test_strategy_and_simulator_decide_alike_on_the_same_speeds(cluster):
     assert len(real) > 1 and len(simulated) > 1, (real, simulated)
     (_, real_rule, real_why), (_, sim_rule, sim_why) = real[1], simulated[1]
     assert (real_rule.k, real_rule.wait) == (sim_rule.k, sim_rule.wait) == (2, False)
-    assert real_why == sim_why == "2 of 3 measured workers within 1.3x of the fastest"
+    assert real_why == sim_why == "2 of 3 measured workers within 1.9x of the fastest"
 
 
 def test_adasync_on_the_strategy_follows_the_loss_fit_reports(cluster):
