@@ -59,11 +59,12 @@ def test_duty_cycle_gives_the_process_its_share_and_close_leaves_it_running(tick
     finally:
         cycler.close()
     assert state_becomes(proc.pid, ("S", "R")), proc_state(proc.pid)
-    # Speed 0.4: about 0.4 of the free rate (0.40 on an idle run). The bounds only say
-    # "clearly slowed, clearly not stopped": signal latency on a loaded machine moves it.
+    # Speed 0.4: about 0.4 of the free rate (0.40 on an idle run, 0.51 and 0.09 on runs
+    # at load averages 10-20 and 30). The bounds only say "clearly slowed, not stopped":
+    # signal latency and the load's swings between the two phases move it.
     share = rate(ticks, t1 + 0.2, t2) / rate(ticks, t0, t1)
     record_property("share_at_speed_0.4", share)
-    assert 0.1 < share < 0.75, share
+    assert 0.03 < share < 0.75, share
 
 
 def test_bad_speeds_and_period_are_refused():

@@ -381,7 +381,7 @@ def run_ps_probe(args) -> int:
             f"({time.strftime('%Y-%m-%d', time.gmtime())}, this project's 2-core machine, "
             f"{args.ps_probe_workers} workers and 1 PS on loopback): {len(ms)} runs of "
             f"{PS_PROBE_PUSHES} steps, each a pull of a variable and a real push through "
-            f"ksync.tf_state.PSUpdateState, of {', '.join(f'{4 * s:,d}' for s in PS_PROBE_SIZES)} "
+            f"strategies.ps_state.PSUpdateState, of {', '.join(f'{4 * s:,d}' for s in PS_PROBE_SIZES)} "
             "bytes, accumulate-only and apply-every-push, from 1 worker and from all at "
             "once, sizes interleaved (`cluster_sim.harness.ps_probe`), the machine shared "
             f"with other jobs (load average {os.getloadavg()[0]:.1f} at the end). PS costs: "

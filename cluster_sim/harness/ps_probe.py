@@ -3,7 +3,7 @@
 
 Each measurement makes ``pushes`` steps of a training step's traffic: the worker pulls
 a variable of ``size`` float32 numbers from PS task 0 and pushes a gradient of its size through
-`ksync.tf_state.PSUpdateState.push` (the real accumulate-under-a-lock, and on a commit
+`strategies.ps_state.PSUpdateState.push` (the real accumulate-under-a-lock, and on a commit
 the real optimizer update, aggregate read and reset), from
 ``workers`` workers at once, each pushing back to back inside one scheduled function (a
 ``tf.while_loop``: the chief's dispatch of a closure is not part of a push). The
@@ -40,7 +40,7 @@ def measure_pushes(cluster, size: int, pushes: int, workers: int = 1,
     import tensorflow as tf
 
     from ksync.rule import Rule
-    from ksync.tf_state import PSUpdateState
+    from strategies.ps_state import PSUpdateState
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

@@ -285,7 +285,7 @@ class Simulation:
         self.round_noise = RoundNoise()  # the current round's gradient norms, as the PS's
         self.noise_sums = np.zeros(2)    # cumulative (|G|^2, tr(S)) of committed rounds
         # The PS tasks' queue (None: the PS costs nothing, a push is applied on arrival);
-        # an update moves the whole model (a dense aggregate: `ksync.tf_state`).
+        # an update moves the whole model (a dense aggregate: `strategies.ps_state`).
         self.ps = None if c.ps_costs.free else PSQueue(c.ps_costs, c.num_ps)
         self.update_bytes = self.model.num_params * np.dtype(self.model.dtype).itemsize
         self._ready_at = 0.0  # when the latest update is applied
