@@ -67,6 +67,10 @@ class SpeedModel:
     def compute_time(self, worker: int, now: float, samples: float) -> float:
         return samples * self.s_per_sample / self.speed(worker, now)
 
+    def killed(self, worker: int, now: float) -> bool:
+        """Whether ``worker`` is killed (not live) at ``now``: never, without events."""
+        return False
+
     def describe(self) -> str:
         return self.name
 
@@ -116,6 +120,16 @@ class ScenarioSpeeds(SpeedModel):
             begin, action = cut
             left = left - (begin - t) if action == "pause" else None
             t = begin
+
+    def killed(self, worker, now):
+        """Whether ``worker`` is killed at ``now`` (a paused worker is still live).
+
+        >>> churn = ScenarioSpeeds(load_scenario("churn"), 4, us_per_sample=300)
+        >>> churn.killed(3, 19.9), churn.killed(3, 20.0), churn.killed(3, 45.0)
+        (False, True, False)
+        """
+        down = self.downtime[worker % self.scenario.num_workers]
+        return any(b <= now < e for b, e, action in down if action == "kill")
 
     def describe(self):
         n = self.scenario.num_workers
