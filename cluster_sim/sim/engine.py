@@ -8,10 +8,10 @@ decided by the product's own `ksync.controller.RuleController`, called when the
 product's `ksync.controller.RefreshClock` says, as the strategy's coordinator asks it
 (every ``refresh_every`` finished steps, a change of the live workers, a worker killed
 by the scenario being not live, and ``IDLE_S`` with no finished step while a worker
-waits at the gate: an event re-checks then), with the same measurements (recent and running step times, staleness, samples and busy time, and
-the latest validation loss, which the harness's evaluator reports too), and
-batch sizes come from the product's `predictor.AllocationSchedule` (profiling phase,
-modes, windowed speeds).
+waits at the gate: an event re-checks then), with the same measurements (recent and
+running step times, staleness, samples and busy time, and the latest validation loss,
+which the harness's evaluator reports too), and batch sizes come from the product's
+`predictor.AllocationSchedule` (profiling phase, modes, windowed speeds).
 
 Gradients are real (`cluster_sim.workloads.numpy_model`: `cluster_sim.numpy_mlp.MLP`, or
 for a workload with embedding tables, ``ctr``, `cluster_sim.numpy_ctr.EmbeddingMLP`, whose
@@ -486,9 +486,10 @@ class Simulation:
     # -- when the rule is refreshed (`ksync.controller.RefreshClock`, as the coordinator) --
     def _live(self) -> tuple:
         """The workers not killed now (a paused one is live, as TensorFlow sees it)."""
-        now = self.clock.now
-        return tuple(w for w in range(self.config.num_workers)
-                     if not self.speed_model.killed(w, now))
+        n, now = self.config.num_workers, self.clock.now
+        if not self.speed_model.has_kills:  # asked at every push: no loop without kills
+            return tuple(range(n))
+        return tuple(w for w in range(n) if not self.speed_model.killed(w, now))
 
     def _step_finished(self):
         """A worker comes back for its next step: a refresh if the clock says one is due."""

@@ -49,6 +49,7 @@ class SpeedModel:
     """Base: ``compute_time(worker, now, samples)`` in seconds."""
 
     name = "speed model"
+    has_kills = False  # whether `killed` is ever True (a cheap answer for every worker)
 
     def __init__(self, num_workers: int, us_per_sample: float, seed: int = 0):
         if not isinstance(num_workers, int) or num_workers < 1:
@@ -93,6 +94,7 @@ class ScenarioSpeeds(SpeedModel):
         self.scenario = scenario
         self.name = scenario.name
         self.downtime = [_downtime(scenario.events, w) for w in range(scenario.num_workers)]
+        self.has_kills = any(a == "kill" for down in self.downtime for _b, _e, a in down)
 
     def speed(self, worker, now):
         return self.scenario.speed(worker % self.scenario.num_workers, now)
