@@ -183,8 +183,11 @@ class RefreshClock:
         """Whether a refresh is due at ``now`` for want of progress: ``idle_s`` since
         the last finished step or refresh, with steps queued (with none, there is
         nothing to let through and nothing to decide)."""
+        # Against `next_idle_check` itself: ``now - last >= idle_s`` can be False at
+        # ``now = last + idle_s`` in floating point, and a caller that re-checks at
+        # `next_idle_check` would then ask again at the same moment for ever.
         return steps_queued and (self._last_event is None
-                                 or now - self._last_event >= self.idle_s)
+                                 or now >= self.next_idle_check())
 
 
 class RuleController:

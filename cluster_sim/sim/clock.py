@@ -34,6 +34,10 @@ class EventClock:
         self.now = at
         return at, payload
 
+    def next_at(self) -> float:
+        """The time of the next event (the clock must have one)."""
+        return self._heap[0][0]
+
     def advance(self, seconds: float) -> None:
         """Let time pass with nothing happening (e.g. a fixed overhead)."""
         if seconds < 0:

@@ -4,12 +4,14 @@ Workers start steps, compute for a scenario-given time, push, and the parameter 
 applies the policy's rule through the very `ksync.UpdateState` the product uses; a
 worker whose gradient joined the current round waits for the next version when the rule
 says ``wait``, as `strategies.coordinator` holds it. The rule and the batch sizes are
-decided by the product's own `ksync.controller.RuleController`, called every
-``refresh_every`` finished steps as the strategy's coordinator calls it, with the same
-measurements (recent and running step times, staleness, samples and busy time, and
-the latest validation loss, which the harness's evaluator reports too), and
-batch sizes come from the product's `predictor.AllocationSchedule` (profiling phase,
-modes, windowed speeds).
+decided by the product's own `ksync.controller.RuleController`, called when the
+product's `ksync.controller.RefreshClock` says, as the strategy's coordinator asks it
+(every ``refresh_every`` finished steps, a change of the live workers, a worker killed
+by the scenario being not live, and ``IDLE_S`` with no finished step while a worker
+waits at the gate: an event re-checks then), with the same measurements (recent and
+running step times, staleness, samples and busy time, and the latest validation loss,
+which the harness's evaluator reports too), and batch sizes come from the product's
+`predictor.AllocationSchedule` (profiling phase, modes, windowed speeds).
 
 Gradients are real (`cluster_sim.workloads.numpy_model`: `cluster_sim.numpy_mlp.MLP`, or
 for a workload with embedding tables, ``ctr``, `cluster_sim.numpy_ctr.EmbeddingMLP`, whose
@@ -31,12 +33,13 @@ Example:
 
 import collections
 import dataclasses
+import math
 import statistics
 
 import numpy as np
 
 import ksync
-from ksync.controller import RuleController
+from ksync.controller import RefreshClock, RuleController
 from ksync import lr_scaling
 from ksync.learning_rate import LearningRate
 from ksync.noise import RoundNoise
@@ -48,7 +51,7 @@ from cluster_sim.sim.speeds import Network, make_speed_model
 from cluster_sim.workloads import numpy_model
 from ksync.policies import RECENT_STEPS
 
-_ARRIVE, _APPLY, _READ = 0, 1, 2
+_ARRIVE, _APPLY, _READ, _IDLE = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +260,8 @@ class Simulation:
         self.controller = RuleController(self.policy, n, schedule, allocate_every,
                                          lr_scaling=mode, base_batch=float(c.batch_size))
         self.rule = self.controller.rule
+        self.refresh_clock = RefreshClock(self.controller)  # when a refresh is due
+        self._idle_check_due = False  # an _IDLE event is scheduled
         self.state = ksync.UpdateState(n, self.rule, self.scaling)
         self.lr_over_time = []  # (version, gain, learning rate) of every commit
         self.batch_sizes = self.controller.sizes or [c.batch_size] * n
@@ -309,7 +314,6 @@ class Simulation:
         self.last_loss = None  # the latest validation loss (the controller's measurement)
         self.commits = 0  # updates applied to the model (must equal the PS version)
         self.step_started = [None] * n  # clock time of each worker's running step
-        self._since_refresh = 0
         self._next_eval = c.eval_every  # pushes at which the next evaluation is due
         self._chunk_started = 0
         self._inflight = 0
@@ -453,18 +457,14 @@ class Simulation:
                 self._ready_at = self.clock.now + self.ps.update_s(self.update_bytes)
         pushes = state.pushed
         # The coordinator counts finished steps and refreshes before the gate check.
-        self._since_refresh += 1
-        every = self.controller.refresh_every
-        if every and self._since_refresh >= every:
-            self._since_refresh = 0
-            self._refresh()
+        self._step_finished()
         if not c.chunk_pushes and pushes >= self._next_eval:
             self._evaluate()
         if state.may_start(w):
             # A push that committed returns once its update is applied.
             self._start(w, max(0.0, self._ready_at - self.clock.now))
         else:
-            self.waiting.add(w)
+            self._wait(w)
         if result.committed:
             self._release_waiting()
         if c.chunk_pushes and self._chunk_started >= c.chunk_pushes and not self._inflight:
@@ -480,15 +480,61 @@ class Simulation:
             if self.state.may_start(w):
                 self._start(w)
             else:
-                self.waiting.add(w)
+                self._wait(w)
         self._idle.clear()
+
+    # -- when the rule is refreshed (`ksync.controller.RefreshClock`, as the coordinator) --
+    def _live(self) -> tuple:
+        """The workers not killed now (a paused one is live, as TensorFlow sees it)."""
+        n, now = self.config.num_workers, self.clock.now
+        if not self.speed_model.has_kills:  # asked at every push: no loop without kills
+            return tuple(range(n))
+        return tuple(w for w in range(n) if not self.speed_model.killed(w, now))
+
+    def _step_finished(self):
+        """A worker comes back for its next step: a refresh if the clock says one is due."""
+        if self.refresh_clock.step_finished(now=self.clock.now, live=self._live()):
+            self._refresh()
+
+    def _steps_queued(self) -> bool:
+        """Whether a worker let through the gate would find a step (not at a chunk's end)."""
+        c = self.config
+        return not (c.chunk_pushes and self._chunk_started >= c.chunk_pushes)
+
+    def _wait(self, w):
+        """``w`` waits at the gate; the coordinator's waiting thread re-checks every
+        ``idle_s`` (one re-check event serves every waiting worker: the first refresh
+        it makes resets the clock for the others)."""
+        self.waiting.add(w)
+        self._schedule_idle_check()
+
+    def _schedule_idle_check(self):
+        at = self.refresh_clock.next_idle_check()
+        if self._idle_check_due or not self.waiting or at is None:
+            return
+        self._idle_check_due = True
+        self.clock.schedule(max(at, self.clock.now), (_IDLE, -1))
+
+    def _idle_check(self):
+        """The re-check of a waiting worker: a refresh when the clock says nothing
+        finished for ``idle_s`` with steps queued (a worker may be paused or dead, and
+        the rule may have to follow), then the next re-check while workers still wait
+        and something else is still to happen (a simulation stuck for good ends)."""
+        self._idle_check_due = False
+        if self.waiting and self.refresh_clock.idle_due(self.clock.now,
+                                                        self._steps_queued()):
+            self._refresh()
+        if self.waiting and self._steps_queued() and math.isfinite(
+                self.clock.next_at() if self.clock else math.inf):
+            self._schedule_idle_check()
 
     def _refresh(self):
         """The controller's decision on the simulated counters, measured as the strategy
-        measures them (no failures here, so every worker is live)."""
+        measures them (a worker the scenario killed is not live)."""
         now = self.clock.now
+        live = self._live()
         decision = self.controller.refresh(ksync.Measurement(
-            version=self.state.version, live_workers=tuple(range(self.config.num_workers)),
+            version=self.state.version, live_workers=live,
             # As the coordinator: each worker's median over its last steps.
             iteration_times=self._recent_medians(),
             running_times=tuple(None if t is None else now - t for t in self.step_started),
@@ -497,6 +543,7 @@ class Simulation:
             # The latest validation loss, as the harness's evaluator reports it.
             loss=self.last_loss, worker_pushes=tuple(self.worker_pushes),
             noise_sums=tuple(self.noise_sums)))
+        self.refresh_clock.refreshed(live, now=now)
         if decision.changed:
             self.state.set_rule(decision.rule)
             self.rule = decision.rule
@@ -558,12 +605,18 @@ class Simulation:
         if c.eval_relative_gap:
             self._evaluate()  # the initial weights, as the harness's evaluator at t = 0
         for w in range(c.num_workers):
+            # The coordinator counts each worker's first call for a step as it counts
+            # the later ones (the first, with no live set seen yet, refreshes).
+            self._step_finished()
             self._start(w, c.start_overhead_s)
         seen = 0
         while self.clock and not self._done():
             t, (kind, w) = self.clock.pop()
             if kind == _READ:
                 self._read(w)
+                continue
+            if kind == _IDLE:
+                self._idle_check()
                 continue
             if kind == _ARRIVE and self.ps is not None:
                 end = self.ps.arrive(t, w, self._push_bytes(w))

@@ -49,6 +49,7 @@ class SpeedModel:
     """Base: ``compute_time(worker, now, samples)`` in seconds."""
 
     name = "speed model"
+    has_kills = False  # whether `killed` is ever True (a cheap answer for every worker)
 
     def __init__(self, num_workers: int, us_per_sample: float, seed: int = 0):
         if not isinstance(num_workers, int) or num_workers < 1:
@@ -66,6 +67,10 @@ class SpeedModel:
 
     def compute_time(self, worker: int, now: float, samples: float) -> float:
         return samples * self.s_per_sample / self.speed(worker, now)
+
+    def killed(self, worker: int, now: float) -> bool:
+        """Whether ``worker`` is killed (not live) at ``now``: never, without events."""
+        return False
 
     def describe(self) -> str:
         return self.name
@@ -89,6 +94,7 @@ class ScenarioSpeeds(SpeedModel):
         self.scenario = scenario
         self.name = scenario.name
         self.downtime = [_downtime(scenario.events, w) for w in range(scenario.num_workers)]
+        self.has_kills = any(a == "kill" for down in self.downtime for _b, _e, a in down)
 
     def speed(self, worker, now):
         return self.scenario.speed(worker % self.scenario.num_workers, now)
@@ -116,6 +122,16 @@ class ScenarioSpeeds(SpeedModel):
             begin, action = cut
             left = left - (begin - t) if action == "pause" else None
             t = begin
+
+    def killed(self, worker, now):
+        """Whether ``worker`` is killed at ``now`` (a paused worker is still live).
+
+        >>> churn = ScenarioSpeeds(load_scenario("churn"), 4, us_per_sample=300)
+        >>> churn.killed(3, 19.9), churn.killed(3, 20.0), churn.killed(3, 45.0)
+        (False, True, False)
+        """
+        down = self.downtime[worker % self.scenario.num_workers]
+        return any(b <= now < e for b, e, action in down if action == "kill")
 
     def describe(self):
         n = self.scenario.num_workers
