@@ -121,3 +121,15 @@ worker = 2
 at_fraction = 0.2
 duration_fraction = 0.3
 """
+
+
+def test_the_framework_cost_probe_runs_a_scenario_with_fraction_events():
+    """`bench policies --simulate` without ``--costs`` probes the framework costs on the
+    first scenario: its fraction events (no reference yet) must not stop the probe."""
+    from cluster_sim.cli.bench_policies import probe_scenario
+    scenario = load_scenario("bench/pause")
+    with pytest.raises(UnresolvedEvents):
+        scenario.check_resolved()
+    home = probe_scenario(scenario)
+    home.check_resolved()
+    assert (home.events, home.relative_events, home.slowdowns) == ((), (), ())

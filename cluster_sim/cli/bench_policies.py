@@ -403,14 +403,21 @@ def _run_config(scenario, args):
     return RunConfig.from_scenario(scenario, max_updates=args.max_updates, **extra)
 
 
+def probe_scenario(scenario):
+    """``scenario`` as the framework-cost probe runs it: every worker at full speed, no
+    injected delay and no events (those placed as fractions of a run too: a probe has
+    no reference run to place them in)."""
+    return dataclasses.replace(scenario, name="probe", slowdowns=(), events=(),
+                               relative_events=(), inject="delay")
+
+
 def _probe_costs(cluster, scenario, repeats, log):
     """The framework costs on ``cluster`` (`cluster_sim.cli.calibrate.probe`, on the
     scenario's workload and model with every worker at full speed and no injected
     delay)."""
     from cluster_sim.cli.calibrate import probe
     from cluster_sim.harness.run import run_arm
-    home = dataclasses.replace(scenario, name="probe", slowdowns=(), events=(),
-                               inject="delay")
+    home = probe_scenario(scenario)
     log(f"probing framework costs on {cluster.num_workers} workers (ASP and BSP, no "
         f"injected delay, {repeats} repeat(s))...")
     return _with_bar(4 * repeats, "probe", lambda bar: probe(
