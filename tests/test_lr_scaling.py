@@ -255,3 +255,20 @@ def test_adaptive_models_the_scaling_its_run_applies_once_the_noise_is_measured(
     unmeasured = ksync.Observation(version=5, iteration_times=(0.1,) * 16,
                                    live_workers=tuple(range(16)), batch_sizes=(32,) * 16)
     assert all(f.gain == 1.0 for f in policy.forecasts(unmeasured, scaled))
+
+
+def test_the_adascale_arm_runs_adaptive_with_the_gain_and_the_plain_arm_without(data):
+    """``adaptive+adascale`` in the benchmark is the product's opt-in: the same policy,
+    its commits scaled by the PS's AdaScale gain; ``adaptive`` keeps the rate as given."""
+    from cluster_sim.cli.bench_policies import simulate_arm
+    from cluster_sim.harness.arms import CONTENDERS
+    from cluster_sim.harness.config import RunConfig
+    config = SimConfig(num_workers=8, max_pushes=8 * 120, eval_every=80,
+                       stop_at_target=False, speeds=(1.0,), learning_rate=0.02)
+    scaled = simulate_arm(CONTENDERS["adaptive+adascale"].arm(), config, data, RunConfig())
+    plain = simulate_arm(CONTENDERS["adaptive"].arm(), config, data, RunConfig())
+    assert scaled["policy"] == "Adaptive+AdaScale" and plain["policy"] == "Adaptive"
+    # Progress in base steps is counted only where the PS scales (a stale gradient's
+    # samples count 1 / (1 + staleness), so K-async's gain may stay at its floor of 1).
+    assert scaled["curve"][-1]["progress"] > 0 and "lr_gain" in scaled["curve"][-1]
+    assert all("lr_gain" not in point for point in plain["curve"])

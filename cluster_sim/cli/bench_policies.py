@@ -148,7 +148,8 @@ def simulate_arm(arm: Arm, sim_config, data, run_config) -> dict:
     """One simulated run of ``arm`` (labelled as the harness labels it)."""
     from cluster_sim.sim import Simulation
     started = time.perf_counter()
-    sim_config = sim_config.with_step_size(arm.step_size(sim_config))
+    sim_config = dataclasses.replace(sim_config.with_step_size(arm.step_size(sim_config)),
+                                     lr_scaling=arm.lr_scaling)
     sim = Simulation(arm.make_policy(), sim_config, data,
                      **_allocation(arm, run_config, sim_config.num_workers))
     result = sim.run()

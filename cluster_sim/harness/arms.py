@@ -33,6 +33,7 @@ import dataclasses
 import math
 
 import ksync
+from ksync import lr_scaling
 from ksync.learning_rate import LearningRate, linear_scaling
 
 __all__ = ["Arm", "Contender", "CONTENDERS", "ARMS", "ArmSpec", "parse_arm_specs",
@@ -50,13 +51,15 @@ class Arm:
     """One contender of a comparison: a policy spec for `ksync.parse` (e.g. "ksync:k=3"),
     how batch sizes are set: None (equal), "static" (profile then fixed, Chao et al.),
     "last" (last measured speeds), "forecast" (the shipped GRU forecaster) or "deadline"
-    (what each worker finishes by the fastest's time: Non-blocking SGD), and its step
-    size (None: the run's learning rate and momentum)."""
+    (what each worker finishes by the fastest's time: Non-blocking SGD), its step
+    size (None: the run's learning rate and momentum) and the PS's learning-rate
+    scaling (`ksync.lr_scaling`: "auto", the product's default, or "adascale", ...)."""
 
     label: str
     policy: str
     allocation: str | None = None
     learning_rate: LearningRate | None = None
+    lr_scaling: str | None = lr_scaling.AUTO
 
     def make_policy(self):
         return ksync.parse(self.policy)
@@ -77,12 +80,13 @@ class Arm:
 class Contender:
     """A named rule: its label and `ksync.parse` spec, with ``{}`` where its parameter
     goes when it has one, the parameter's value when a spec gives none (``default``),
-    and its batch allocation."""
+    its batch allocation and its learning-rate scaling."""
 
     label: str
     policy: str
     default: int | None = None
     allocation: str | None = None
+    lr_scaling: str | None = lr_scaling.AUTO
 
     @property
     def takes_value(self) -> bool:
@@ -91,9 +95,10 @@ class Contender:
     def arm(self, value: int | None = None) -> Arm:
         """The `Arm` at ``value`` (the default when None), at the run's step size."""
         if not self.takes_value:
-            return Arm(self.label, self.policy, self.allocation)
+            return Arm(self.label, self.policy, self.allocation, lr_scaling=self.lr_scaling)
         v = self.default if value is None else value
-        return Arm(self.label.format(v), self.policy.format(v), self.allocation)
+        return Arm(self.label.format(v), self.policy.format(v), self.allocation,
+                   lr_scaling=self.lr_scaling)
 
 
 #: Every named contender; the rules with a parameter first take ``=VALUE``.
@@ -111,6 +116,8 @@ CONTENDERS = {
     "adasync": Contender("AdaSync", "adasync"),
     "adaptive": Contender("Adaptive", "adaptive"),
     "adaptive+alloc": Contender("Adaptive+alloc", "adaptive", allocation="forecast"),
+    # The product's opt-in AdaScale gain on the PS (docs/user-guide.md, Learning rates).
+    "adaptive+adascale": Contender("Adaptive+AdaScale", "adaptive", lr_scaling="adascale"),
     "chao": Contender("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Contender("BSP+alloc(last)", "bsp", allocation="last"),
     "bsp+forecast": Contender("BSP+alloc(forecast)", "bsp", allocation="forecast"),

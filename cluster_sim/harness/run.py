@@ -110,7 +110,7 @@ def run_arm(cluster, arm: Arm, scenario, seed: int | None = None,
             forecaster=(predictor.GRUSmoothingForecaster.default()
                         if arm.allocation == "forecast" else None))
     strategy = KSyncStrategy(cluster.resolver(), variable_partitioner(data, num_ps),
-                             policy=policy, **allocation)
+                             policy=policy, lr_scaling=arm.lr_scaling, **allocation)
     with strategy.scope():
         slowdown = SlowdownLayer(n)
         model = compile_classifier(
