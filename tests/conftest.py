@@ -51,12 +51,38 @@ def pytest_configure(config):
     isolate_loopback()
 
 
+def _slow(item) -> bool:
+    return item.get_closest_marker("cluster") is not None
+
+
 def pytest_collection_modifyitems(items):
     # A test that uses a local cluster (or the launcher's `job` of real TF servers)
     # belongs to the slow tier, whatever its file.
     for item in items:
         if {"cluster", "cluster_2ps", "job"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.cluster)
+    # The fast tier runs first (a stable sort keeps each tier's file order), so a broken
+    # edit shows in minutes and the cluster tier is not started on it (below).
+    items.sort(key=_slow)
+
+
+_fast_failures = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed and "cluster" not in report.keywords:
+        _fast_failures.append(report.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Stop before the first cluster test when the fast tier failed: its ten minutes of
+    # real clusters would only repeat what is already red.
+    if _fast_failures and _slow(item):
+        item.session.shouldstop = (f"{len(_fast_failures)} fast-tier test(s) failed; the "
+                                   f"cluster tier was not run (first: {_fast_failures[0]})")
+        return True
+    return None
 
 
 @pytest.fixture(scope="session")
