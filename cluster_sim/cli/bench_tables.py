@@ -50,7 +50,7 @@ import statistics
 import subprocess
 import sys
 
-from cluster_sim.cli.arm_grid import (ORDER, bench_arms, grid_edges, matrix_specs,
+from cluster_sim.cli.arm_grid import (BASE_ONLY, ORDER, bench_arms, grid_edges, matrix_specs,
                                       per_seed, tuning_choices)
 from cluster_sim.report.tables import format_interval, markdown_table_rows
 from ksync.learning_rate import LearningRate
@@ -340,7 +340,7 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
                 continue
             edges = grid_edges(arms, label) if family in choices else []
             setting = label + (f" (grid edge: {', '.join(edges)})" if edges else "")
-            if family == "adaptive":
+            if family in BASE_ONLY:
                 setting += " (base rate, not tuned)"
             times = _times(mine, sorted(mine), target)
             intervals.append(seed_interval(times))
