@@ -11,8 +11,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import pytest  # noqa: E402
 
 #: an executable run outside pytest (it reads its settings from the environment at
-#: import): `tests/upstream_runner.py`.
-collect_ignore = ["upstream_runner.py"]
+#: import): `tests/test_strategies/upstream_runner.py`.
+collect_ignore = ["test_strategies/upstream_runner.py"]
 
 NUM_WORKERS = 3
 
@@ -100,7 +100,7 @@ def cluster_2ps():
 
     A process is the chief of one cluster for its whole life (TensorFlow cannot start a
     second server in it), so tests on this cluster run in a process of their own:
-    ``tests/two_ps_suite.py``, run by ``tests/test_two_ps.py``."""
+    ``tests/test_strategies/two_ps_suite.py``, run by ``tests/test_strategies/test_two_ps.py``."""
     from cluster_sim.local_cluster import LocalCluster
     with LocalCluster(num_workers=2, num_ps=2) as local:
         yield local

@@ -1,10 +1,10 @@
 """The full optimizer matrix, on demand: every optimizer of `test_optimizers.OPTIMIZERS`
 under BSP, ASP and Adaptive, on a cluster of its own with 1 PS task (3 workers) or 2
 (2 workers, variables sharded over both). The suite runs a slice of it
-(tests/test_optimizers.py, tests/two_ps_suite.py); this takes a few minutes a shape:
+(tests/test_strategies/test_optimizers.py, tests/test_strategies/two_ps_suite.py); this takes a few minutes a shape:
 
-    python -m pytest -q tests/optimizer_matrix.py                    # 1 PS task
-    KSYNC_MATRIX_PS=2 python -m pytest -q tests/optimizer_matrix.py  # 2 PS tasks
+    python -m pytest -q tests/test_strategies/optimizer_matrix.py                    # 1 PS task
+    KSYNC_MATRIX_PS=2 python -m pytest -q tests/test_strategies/optimizer_matrix.py  # 2 PS tasks
 
 Each optimizer is first fitted with the stock `ParameterServerStrategy` (asynchronous,
 `STEPS` steps, one update each); every ksync policy then trains to as many model updates

@@ -12,7 +12,7 @@ import pytest
 import ksync
 from cluster_sim.__main__ import COMMANDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMPORT_TF = ("from strategies.launch_env import quiet_tensorflow; quiet_tensorflow(); "
              "import tensorflow as tf; print(int(tf.constant(1) + 1))")
 

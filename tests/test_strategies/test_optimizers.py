@@ -2,7 +2,7 @@
 a short `model.fit` each on the session's real cluster, the policy rotating, and BSP
 held to single-process training for the optimizers whose update has extras (weight
 decay, EMA). The whole matrix (each optimizer x BSP/ASP/Adaptive, 1 or 2 PS tasks):
-``tests/optimizer_matrix.py``; two PS tasks here: ``tests/two_ps_suite.py``."""
+``tests/test_strategies/optimizer_matrix.py``; two PS tasks here: ``tests/test_strategies/two_ps_suite.py``."""
 
 import pytest
 import tf_keras as keras

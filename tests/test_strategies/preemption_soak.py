@@ -7,8 +7,8 @@ later, for ``--minutes``. Prints how many kills the chief lived through and how 
 (a native crash takes the process with it). Under the coordination service by default
 (``--without-coordination-service``: the older handler):
 
-    python tests/preemption_soak.py --strategy stock --minutes 8
-    python tests/preemption_soak.py --strategy ksync --policy bsp --minutes 8
+    python tests/test_strategies/preemption_soak.py --strategy stock --minutes 8
+    python tests/test_strategies/preemption_soak.py --strategy ksync --policy bsp --minutes 8
 
 `python -m cluster_sim soak` is the product's soak (accuracy against an undisturbed run);
 this script exists to tell TensorFlow's own failures from ksync's.
@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def main(argv=None) -> int:

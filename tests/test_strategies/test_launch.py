@@ -24,7 +24,7 @@ from strategies.launch_control import ChiefWatch, ControlServer, control_address
 from strategies.tf_config import TFConfig
 from conftest import processes_with
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = [sys.executable, str(REPO / "examples" / "train_digits.py"), "--policy", "bsp",
            "--epochs", "2", "--steps-per-epoch", "30"]
 LAUNCH = [sys.executable, "-m", "strategies.launch"]

@@ -1,6 +1,6 @@
 """`strategies.gate_cache.GateCache`: the coordinator's gate known without a read of
 the PS, driven step by step in one thread (the coordinator adds the threads and locks;
-`tests/test_coordinator_gate.py` runs them)."""
+`tests/test_strategies/test_coordinator_gate.py` runs them)."""
 
 from ksync.rule import Rule
 from ksync.state import UpdateState

@@ -1,7 +1,7 @@
 """Keras 3 models (TensorFlow backend) under `KSyncStrategy`: ``fit``, ``evaluate`` and
 ``predict`` on the session's real local cluster (1 PS, 3 workers). Two PS tasks with
-sharded variables and checkpoints: tests/two_ps_suite.py. The longer policy x
-steps_per_execution matrix against tf_keras: tests/keras3_matrix.py (on demand)."""
+sharded variables and checkpoints: tests/test_strategies/two_ps_suite.py. The longer policy x
+steps_per_execution matrix against tf_keras: tests/test_strategies/keras3_matrix.py (on demand)."""
 
 import os
 import sys
@@ -70,14 +70,14 @@ def check_issue_client(local, partitioner, policy, record_property, steps_per_ex
     val = history.history["val_accuracy"][-1]
     record_property("val_accuracy", val)
     # 0.87-0.94 measured over the six, twice each on a loaded machine; tf_keras's path
-    # on the same client: tests/keras3_matrix.py.
+    # on the same client: tests/test_strategies/keras3_matrix.py.
     assert val >= 0.75
     assert history.history["loss"][-1] < history.history["loss"][0] / 2
     return model
 
 
 # Several steps per scheduled function (the wait in the graph) with the MLP, sparse
-# gradients with the Embedding; both with both: tests/keras3_matrix.py.
+# gradients with the Embedding; both with both: tests/test_strategies/keras3_matrix.py.
 @pytest.mark.parametrize("make_model, steps_per_execution",
                          [(keras3_mlp, 10), (keras3_embedding, 1)], ids=["mlp", "embedding"])
 def test_bsp_equals_single_process_sgd_on_the_concatenated_batches(

@@ -222,7 +222,7 @@ def test_sparse_gradients_aggregate_like_dense_ones():
 
 
 def test_rennala_on_the_tf_state_one_fast_worker_fills_the_round():
-    """The push sequence of the reference test (tests/test_policies.py): a fast worker
+    """The push sequence of the reference test (tests/test_ksync/test_policies.py): a fast worker
     contributes three gradients at the current version, a stale one is dropped, and the
     update is the sample-weighted mean of the round's four gradients."""
     rule = ksync.Rennala(batch=4).rule(3)

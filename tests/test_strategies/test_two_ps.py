@@ -1,4 +1,4 @@
-"""Runs tests/two_ps_suite.py (2 PS tasks, sharded variables) in a process of its own."""
+"""Runs tests/test_strategies/two_ps_suite.py (2 PS tasks, sharded variables) in a process of its own."""
 
 import os
 import subprocess

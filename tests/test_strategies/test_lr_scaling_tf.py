@@ -134,7 +134,7 @@ def test_no_scaling_keeps_no_state():
 
 
 # -- on the session's real cluster (3 workers, 1 PS task) --------------------------------
-# Sharded variables over 2 PS tasks: tests/two_ps_suite.py.
+# Sharded variables over 2 PS tasks: tests/test_strategies/two_ps_suite.py.
 def test_an_unknown_lr_scaling_is_refused_with_the_choices():
     import tf_keras  # noqa: F401  (the strategy needs tf_keras loaded)
     from strategies import KSyncStrategy
@@ -152,7 +152,7 @@ def test_linear_bsp_equals_one_process_at_the_scaled_rate(cluster, name):
     training on the 48 concatenated samples with the rate times 3 (SGD: a schedule's
     current rate; a legacy optimizer with momentum) or times sqrt(3) (Adam); the
     optimizer's own rate is left as given. SGD with momentum on sharded variables,
-    several steps per scheduled function: tests/two_ps_suite.py."""
+    several steps per scheduled function: tests/test_strategies/two_ps_suite.py."""
     import tf_keras as keras
     from test_drop_in import check_bsp_equals_single_process, mlp_model
     O = keras.optimizers

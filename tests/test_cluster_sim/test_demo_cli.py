@@ -15,7 +15,7 @@ import pytest
 
 from conftest import processes_with
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.cluster

@@ -1,8 +1,8 @@
 """Several PS tasks and sharded variables, on a real local cluster with 2 PS tasks.
 
-Run by tests/test_two_ps.py in a process of its own: a process is the chief of one
+Run by tests/test_strategies/test_two_ps.py in a process of its own: a process is the chief of one
 cluster for its whole life, and the rest of the suite shares the 1-PS cluster.
-Directly: ``python -m pytest tests/two_ps_suite.py``.
+Directly: ``python -m pytest tests/test_strategies/two_ps_suite.py``.
 """
 
 import threading

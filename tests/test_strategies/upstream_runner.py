@@ -10,7 +10,7 @@ tensorflow/python/distribute/coordinator/fault_tolerance_test.py and
 fault_tolerance_coordination_service_test.py into /tmp/upstream; their test base ships
 with the TensorFlow wheel), then, from that folder:
 
-    cp /path/to/ksync/tests/upstream_runner.py run_upstream && chmod +x run_upstream
+    cp /path/to/ksync/tests/test_strategies/upstream_runner.py run_upstream && chmod +x run_upstream
     UPSTREAM_MODULE=fault_tolerance_coordination_service_test UPSTREAM_STRATEGY=ksync \\
         KSYNC_ROOT=/path/to/ksync UPSTREAM_PROGRESS=progress.txt ./run_upstream
 

@@ -12,7 +12,7 @@ from cluster_sim.sim.engine import SimConfig, Simulation
 from cluster_sim.sim.ps import PSCosts, PSQueue, fit_ps_costs
 from cluster_sim.workloads import ctr, digits
 
-COSTS_PS = pathlib.Path(__file__).parents[1] / "cluster_sim/scenarios/bench/costs_ps.json"
+COSTS_PS = pathlib.Path(__file__).parents[2] / "cluster_sim/scenarios/bench/costs_ps.json"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from cluster_sim.scenarios import (BENCH_DIR, DEFAULT_TRACE_DIR, Scenario, Speed
 from cluster_sim.scenarios.machine_usage import usage_file
 from cluster_sim.sim.speeds import make_speed_model
 
-SHARED_TRACES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba_pai"
+SHARED_TRACES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "traces" / "alibaba_pai"
 SHARED_USAGE = SHARED_TRACES.parent / "alibaba2018_machine_usage"
 HAVE_USAGE = usage_file(SHARED_USAGE).is_file()
 NO_USAGE = "../shared/traces/alibaba2018_machine_usage not present (it is never shipped)"

@@ -2,11 +2,11 @@
 a batched tf.data.Dataset, 3 x 40 steps, validation on the test set) under the six
 standard policies and steps_per_execution 1 and 5, in Keras 3 and in tf_keras on the same
 cluster, and BSP against single-process SGD for the MLP and the Embedding model at
-steps_per_execution 1 and 10. The suite runs a slice (tests/test_keras3.py,
-tests/two_ps_suite.py); this takes a few minutes a shape:
+steps_per_execution 1 and 10. The suite runs a slice (tests/test_strategies/test_keras3.py,
+tests/test_strategies/two_ps_suite.py); this takes a few minutes a shape:
 
-    python -m pytest -q -s tests/keras3_matrix.py                    # 1 PS task
-    KSYNC_MATRIX_PS=2 python -m pytest -q -s tests/keras3_matrix.py  # 2 PS tasks
+    python -m pytest -q -s tests/test_strategies/keras3_matrix.py                    # 1 PS task
+    KSYNC_MATRIX_PS=2 python -m pytest -q -s tests/test_strategies/keras3_matrix.py  # 2 PS tasks
 
 It prints each arm's final validation accuracy, Keras 3 beside tf_keras. A process is
 the chief of one cluster for its whole life: one shape per run.

@@ -134,7 +134,7 @@ def test_allocator_does_not_import_tensorflow():
             "import predictor.baselines; "
             "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules "
             "and 'keras' not in sys.modules, sorted(sys.modules)")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 @settings(max_examples=300, deadline=None)

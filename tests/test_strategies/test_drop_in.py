@@ -1,6 +1,6 @@
 """Drop-in fidelity: the stock constructor and its errors, and several steps inside one
 scheduled function, on the session's real local cluster. Several PS tasks with sharded
-variables: tests/two_ps_suite.py (a cluster of its own, in a process of its own)."""
+variables: tests/test_strategies/two_ps_suite.py (a cluster of its own, in a process of its own)."""
 
 import re
 
