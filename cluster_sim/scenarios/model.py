@@ -31,10 +31,14 @@ import math
 
 import numpy as np
 
+from cluster_sim.scenarios.training import TIME_BUDGET_S, TrainingConfig
+
 __all__ = ["SpeedSchedule", "Event", "RelativeEvent", "Scenario", "INJECT_MODES",
            "UnresolvedEvents"]
 
 INJECT_MODES = ("delay", "sigstop")
+#: the training defaults a scenario file may leave out (the harness's and the simulator's).
+_TRAINING = TrainingConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,20 +192,20 @@ class Scenario:
     name: str
     num_workers: int = 4
     num_ps: int = 1
-    hidden: tuple = (64, 64)
+    hidden: tuple = _TRAINING.hidden
     data: str = "digits"
-    batch_size: int = 32
-    learning_rate: float = 0.05
-    momentum: float = 0.9
+    batch_size: int = _TRAINING.batch_size
+    learning_rate: float = _TRAINING.learning_rate
+    momentum: float = _TRAINING.momentum
     slowdowns: tuple = ()
     events: tuple = ()
     relative_events: tuple = ()
-    target_accuracy: float = 0.93
-    target_loss: float | None = None
+    target_accuracy: float = _TRAINING.target_accuracy
+    target_loss: float | None = _TRAINING.target_loss
     target: str | None = None
-    time_budget_s: float = 120.0
-    max_pushes: int = 1200
-    us_per_sample: float = 300.0
+    time_budget_s: float = TIME_BUDGET_S
+    max_pushes: int = _TRAINING.max_pushes
+    us_per_sample: float = _TRAINING.us_per_sample
     inject: str = "delay"
     description: str = ""
     source: str = ""
