@@ -21,6 +21,7 @@ COMMANDS = {
     "soak": "cluster_sim.cli.soak",
     "calibrate": "cluster_sim.cli.calibrate",
     "scale": "cluster_sim.cli.scale",
+    "speeds": "cluster_sim.cli.speeds",
     "report": "cluster_sim.report.writer",
 }
 

@@ -3,9 +3,10 @@
 Usage::
 
     python -m predictor.evaluate --traces ../shared/traces/alibaba_pai --out runs/predictor_eval
+    python -m cluster_sim speeds --scenarios colocated,pause,churn --out runs/regimes.npz
     python -m predictor.evaluate --traces ../shared/traces/alibaba_pai --holdout job \\
         --metric both --machine-usage ../shared/traces/alibaba2018_machine_usage \\
-        --scenarios cluster_sim/scenarios --out runs/predictor_regret
+        --regimes runs/regimes.npz --out runs/predictor_regret
 
 Splits (``predictor.heldout``): ``--holdout worker`` (default, fixed seed): within
 each job 30 % of the workers are test, 10 % validation, the rest training.
@@ -21,7 +22,9 @@ points before it and ``R`` after it is a forecast origin; MAPE (%) and RMSE (spe
 = 1000 / normalised step time) at horizons 1, 5 and 10 and for the mean speed over
 the next R = 10 steps. ``--metric regret``: allocation replayed with each
 forecaster (``predictor.regret``) on every test job's workers as one cluster
-(a window = ``--every`` trace points) and, with ``--machine-usage`` / ``--scenarios``,
+(a window = ``--every`` trace points) and, with ``--machine-usage`` / ``--regimes`` (an
+``.npz`` of ``[workers, windows]`` speed matrices by name, as ``python -m cluster_sim
+speeds`` writes them from scenarios),
 on the regime-change traces (with ``--holdout job`` by models trained on every
 job). Writes ``results.json``, ``results.md`` (and ``forecasts.png`` for MAPE) to ``--out``.
 """
@@ -72,18 +75,35 @@ def make_forecasters(gru_kwargs: dict | None = None) -> dict:
     }
 
 
+def load_regimes(regimes) -> dict | None:
+    """``regimes`` as ``{name: speeds}``: a dict as it is, an ``.npz`` path read (its
+    arrays by name), None as None."""
+    if regimes is None or isinstance(regimes, dict):
+        return regimes
+    path = Path(regimes)
+    if not path.is_file():
+        raise FileNotFoundError(f"--regimes {path}: no such file; write one with `python -m "
+                                "cluster_sim speeds --scenarios colocated,pause,churn --out "
+                                f"{path}`")
+    with np.load(path) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
 def evaluate(series_dir, out_dir=None, min_history: int = 32, seed: int = 0,
              gru_kwargs: dict | None = None, verbose: bool = True, holdout: str = "worker",
-             metric: str = "mape", machine_usage=None, scenarios=None, every: int = 2,
+             metric: str = "mape", machine_usage=None, regimes=None, every: int = 2,
              allocation_horizon: int = 1, synthetic: int = 0) -> dict:
-    """Fit on training series, score on held-out ones; return metrics per forecaster."""
+    """Fit on training series, score on held-out ones; return metrics per forecaster.
+
+    ``regimes``: ``{name: [workers, windows] speeds}`` to replay allocation on too
+    (`predictor.regime.regime_sets`), or the path of an ``.npz`` holding them."""
     from .regime import regime_sets
 
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     say = print if verbose else (lambda *a, **k: None)
     extra = training_extras(machine_usage, synthetic, seed)
-    regime = regime_sets(machine_usage, scenarios) if metric != "mape" else {}
+    regime = regime_sets(machine_usage, load_regimes(regimes)) if metric != "mape" else {}
     folds = make_folds(load_traces(series_dir), holdout, seed, extra,
                        with_all=bool(regime) and holdout == "job")
     pooled = {"hist": [], "truth": [], "ids": [], "names": [], "values": []}
@@ -259,8 +279,10 @@ def main(argv=None) -> None:
                    help="forecast error, allocation regret, or both")
     p.add_argument("--machine-usage", default=None,
                    help="directory of the Alibaba 2018 machine_usage trace (train + regret)")
-    p.add_argument("--scenarios", default=None,
-                   help="directory of cluster_sim scenario TOMLs (colocated, pause, churn)")
+    p.add_argument("--regimes", default=None,
+                   help="an .npz of [workers, windows] speed matrices by name (regret), "
+                        "e.g. from `python -m cluster_sim speeds --scenarios "
+                        "colocated,pause,churn --out regimes.npz`")
     p.add_argument("--every", type=int, default=2,
                    help="trace points per allocation window in the regret replay of test jobs")
     p.add_argument("--synthetic", type=int, default=0,
@@ -283,7 +305,7 @@ def main(argv=None) -> None:
         gru["jump"] = args.jump or None
     evaluate(args.traces, args.out, min_history=args.min_history, seed=args.seed, gru_kwargs=gru,
              holdout=args.holdout, metric=args.metric, machine_usage=args.machine_usage,
-             scenarios=args.scenarios, every=args.every,
+             regimes=args.regimes, every=args.every,
              allocation_horizon=args.allocation_horizon, synthetic=args.synthetic)
 
 

@@ -1,7 +1,7 @@
 """Worker-speed matrices with regime changes, for replaying allocation (see ``regret``).
 
-Three sources, each turned into ``[n_workers, n_windows]`` speeds, one column per
-allocation window:
+Every source is a ``[n_workers, n_windows]`` speed matrix, one column per allocation
+window (1.0 = nominal speed):
 
 * ``machine_usage_speeds``: the Alibaba cluster-trace-v2018 ``machine_usage`` CSV
   (co-located online services and batch jobs). A training worker on a machine gets
@@ -9,38 +9,35 @@ allocation window:
   CPU capacity ``(100 - cpu_util_percent) / 100`` (at least 0.01), with the load
   averaged over each ``grid_s`` window of a regular grid (the trace samples
   irregularly, ~60 s median; an empty window repeats the previous one).
-* ``scenario_speeds``: a ``cluster_sim/scenarios/*.toml`` file's speed schedule
-  (base speeds times periodic schedules; a paused or killed worker runs at
-  ``MIN_SPEED``: it still holds its share of the global batch, so the round waits),
-  sampled once per allocation window of ``allocate_every`` updates at nominal speed,
-  exactly; ``measured`` adds seeded log-normal noise (timing jitter) to what the
-  forecaster sees. Read with ``tomllib``; nothing from ``cluster_sim`` is imported.
+* a scenario's schedule, as a matrix the caller passes (``regime_sets(scenarios=...)``):
+  the lab makes one from a ``cluster_sim`` scenario
+  (``cluster_sim.scenarios.windows.speed_matrix``, 0 while a worker is paused or
+  killed; ``python -m cluster_sim speeds`` writes them to a file for
+  ``python -m predictor.evaluate --regimes``). `true_speeds` turns a stopped worker
+  into ``MIN_SPEED``: it still holds its share of the global batch, so the round waits.
+  ``measured`` adds seeded log-normal noise (timing jitter) to what the forecaster
+  sees. This package reads no scenario file and imports nothing from ``cluster_sim``.
 * PAI jobs: ``predictor.traces.load_traces`` grouped by job (``pai_speeds``).
 
 Example:
 
->>> import os, tempfile
->>> from predictor.regime import scenario_speeds
->>> path = os.path.join(tempfile.mkdtemp(), "two.toml")
->>> with open(path, "w") as fh:
-...     _ = fh.write('workers = 2\\ntime_budget_s = 4.0\\n[slowdowns]\\nspeeds = [1.0, 0.5]\\n'
-...                  '[[events]]\\naction = "pause"\\nworker = 1\\nat_s = 2.0\\n'
-...                  'duration_s = 1.0\\n')
->>> s = scenario_speeds(path, window_s=1.0)
->>> s.tolist()
+>>> import numpy as np
+>>> from predictor.regime import regime_sets, true_speeds
+>>> schedule = np.array([[1.0, 1.0, 1.0, 1.0], [0.5, 0.5, 0.0, 0.5]])  # w1 paused in window 2
+>>> true_speeds(schedule).tolist()
 [[1.0, 1.0, 1.0, 1.0], [0.5, 0.5, 0.01, 0.5]]
+>>> sorted(regime_sets(scenarios={"pause": schedule}, seeds=(0, 1)))
+['pause/seed0', 'pause/seed1']
 """
 
 from __future__ import annotations
 
 import csv
-import math
-import tomllib
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MIN_SPEED", "machine_usage_speeds", "split_machines", "scenario_speeds",
+__all__ = ["MIN_SPEED", "machine_usage_speeds", "split_machines", "true_speeds",
            "measured", "pai_speeds", "regime_sets"]
 
 #: speed of a stopped (paused, killed, fully loaded) worker relative to nominal.
@@ -93,42 +90,23 @@ def machine_usage_speeds(path, grid_s: float = 300.0, min_coverage: float = 0.9)
     return keep, np.array(speeds)
 
 
-def _piecewise(times, speeds, period, t: np.ndarray) -> np.ndarray:
-    """Value of a piecewise-constant schedule at times ``t`` (repeating every ``period``)."""
-    t = np.mod(t, period) if period else t
-    return np.asarray(speeds, dtype=float)[np.searchsorted(times, t, side="right") - 1]
+def true_speeds(speeds) -> np.ndarray:
+    """A ``[workers, windows]`` speed matrix as the replay takes it: a stopped worker
+    (speed 0, paused or killed) runs at ``MIN_SPEED``. Raises ValueError on a matrix
+    that is not 2-D or holds a negative or non-finite speed.
 
-
-def scenario_speeds(path, window_s: float | None = None, allocate_every: int = 20) -> np.ndarray:
-    """True speeds per allocation window of a scenario TOML, ``[workers, windows]``.
-
-    ``window_s`` defaults to the time of ``allocate_every`` updates at speed 1
-    (``allocate_every * batch_size * us_per_sample``).
+    >>> true_speeds([[1.0, 0.0]]).tolist()
+    [[1.0, 0.01]]
     """
-    path = Path(path)
-    if not path.exists():
-        raise _missing(path, "scenario TOML")
-    with open(path, "rb") as fh:
-        spec = tomllib.load(fh)
-    n = int(spec["workers"])
-    if window_s is None:
-        batch = spec.get("training", {}).get("batch_size", 32)
-        window_s = allocate_every * batch * spec.get("us_per_sample", 300.0) * 1e-6
-    t = np.arange(0.0, spec.get("time_budget_s", 120.0), window_s) + window_s / 2
-    slow = spec.get("slowdowns", {})
-    if "trace" in slow:
-        raise ValueError(f"{path}: trace-driven scenarios replay real traces; use "
-                         "pai_speeds on the trace directory instead")
-    speeds = np.ones((n, t.size)) * np.asarray(slow.get("speeds", [1.0] * n), float)[:, None]
-    for sch in slow.get("schedule", []):
-        factor = _piecewise(sch["times_s"], sch["speeds"], sch.get("period_s"), t)
-        speeds[sch["workers"]] *= factor
-    for ev in spec.get("events", []):
-        end = ev.get("at_s", 0.0) + ev.get("duration_s", 0.0) if ev["action"] == "pause" \
-            else ev.get("restart_at_s", math.inf)
-        stopped = (t >= ev["at_s"]) & (t < end)
-        speeds[ev["worker"], stopped] = MIN_SPEED
-    return speeds
+    speeds = np.asarray(speeds, dtype=float)
+    if speeds.ndim != 2 or not speeds.size:
+        raise ValueError(f"expected a [workers, windows] speed matrix, got shape {speeds.shape}; "
+                         "make one from a scenario with "
+                         "cluster_sim.scenarios.windows.speed_matrix")
+    if not np.all(np.isfinite(speeds)) or np.any(speeds < 0):
+        raise ValueError("speeds must be finite and >= 0 (0: a stopped worker), got "
+                         f"{speeds[~(np.isfinite(speeds) & (speeds >= 0))][:3].tolist()}")
+    return np.maximum(speeds, MIN_SPEED)
 
 
 def measured(speeds: np.ndarray, noise: float, seed: int = 0) -> np.ndarray:
@@ -155,22 +133,23 @@ def split_machines(machine_usage) -> tuple[dict, dict]:
     return dict(list(named.items())[:half]), dict(list(named.items())[half:])
 
 
-def regime_sets(machine_usage=None, scenarios=None, names=("colocated", "pause", "churn"),
-                seeds=(0, 1, 2), noise: float = 0.1) -> dict[str, tuple]:
+def regime_sets(machine_usage=None, scenarios: dict | None = None, seeds=(0, 1, 2),
+                noise: float = 0.1) -> dict[str, tuple]:
     """The regime-change traces the regret evaluation replays: name -> (true, measured).
 
     Machine usage: the held-out machines of ``split_machines`` as one cluster (the
-    trace is the measurement); scenarios: each named TOML under ``scenarios``, the
-    exact schedule as truth, with ``noise`` for each seed as the measurement.
+    trace is the measurement); scenarios: ``{name: [workers, windows] speeds}`` (e.g.
+    ``cluster_sim.scenarios.windows.speed_matrix`` of ``colocated``, ``pause`` and
+    ``churn``), the exact schedule as truth (`true_speeds`), with ``noise`` for each
+    seed as the measurement.
     """
     out = {}
     if machine_usage is not None:
         test = split_machines(machine_usage)[1]
         speeds = np.array(list(test.values()))
         out[f"machine_usage/{min(test)}..{max(test)}"] = (speeds, speeds)
-    if scenarios is not None:
-        for name in names:
-            true = scenario_speeds(Path(scenarios) / f"{name}.toml")
-            for seed in seeds:
-                out[f"{name}/seed{seed}"] = (true, measured(true, noise, seed))
+    for name, speeds in (scenarios or {}).items():
+        true = true_speeds(speeds)
+        for seed in seeds:
+            out[f"{name}/seed{seed}"] = (true, measured(true, noise, seed))
     return out

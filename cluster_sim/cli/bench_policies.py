@@ -134,12 +134,13 @@ def framework_cost_in_runs(results, speeds, batch_size: int, us_per_sample: floa
 # ---- running the matrix -----------------------------------------------------------------
 
 def _allocation(arm: Arm, config, n):
-    """The strategy's (and the simulator's) batch-allocation arguments of ``arm``."""
+    """The simulator's batch-allocation arguments of ``arm`` (every
+    ``sim_config.allocate_every`` updates, the run's: `cluster_sim.sim.mirror`)."""
     if not arm.allocation:
         return {}
     import predictor
     return dict(batch_allocation=predictor.BatchAllocator(config.batch_size * n, min_batch=4),
-                allocation_mode=arm.allocation, allocate_every=config.allocate_every,
+                allocation_mode=arm.allocation,
                 forecaster=(predictor.GRUSmoothingForecaster.default()
                             if arm.allocation == "forecast" else None))
 
@@ -439,7 +440,7 @@ def _load_costs(path) -> dict:
 
 
 def _sim_config(costs, scenario, run_config, data, workers):
-    from cluster_sim.cli.calibrate import sim_config
+    from cluster_sim.sim.mirror import sim_config
     config = sim_config(costs, scenario, run_config, data)
     scale = workers / scenario.num_workers
     return dataclasses.replace(config, num_workers=workers, eval_every=workers,

@@ -49,7 +49,7 @@ import time
 from cluster_sim.cli import command_line, prepare_tensorflow
 from cluster_sim.cli.simulate import CHOICES, run_policies
 from cluster_sim.harness.arms import SPEC_HELP, parse_arm_specs
-from cluster_sim.sim import SimConfig
+from cluster_sim.sim.mirror import sim_config
 from cluster_sim.report import (format_cell, median_of, median_tta, text_table, version_to_wall,
                                 write_report)
 from cluster_sim.scenarios import load_scenario
@@ -57,11 +57,7 @@ from ksync.learning_rate import LearningRate
 
 PROBE_WORKERS = 4  # the real cluster of the probe and the comparison
 PROBE_EPOCHS = (20, 100)  # pushes of the two probe runs, per 4 workers
-#: sigma of the lognormal spread of a simulated step's compute that stands for the real
-#: harness's: with it the simulated K-async K = 2 runs of the 8-worker `static` benchmark
-#: have the real runs' staleness (mean 3.3 against 3.0 real, no lockstep at 0) and time
-#: to target (-4 % against the real median; 0 spread gave -27 %).
-HARNESS_STEP_JITTER = 0.1
+
 
 
 def probe_pushes(num_workers: int) -> tuple:
@@ -159,39 +155,6 @@ def costs_from_probe(raw: dict, num_workers: int, input_s: float) -> dict:
                                 - input_s),
         "raw": raw,
     }
-
-
-def sim_config(costs: dict, scenario, run_config, data=None) -> SimConfig:
-    """The harness's run of ``scenario`` (on workload ``data``, whose target the harness
-    would take: `cluster_sim.harness.run.targets`), with the probed framework costs, as a
-    `SimConfig`."""
-    from cluster_sim.harness.config import targets
-    goal = targets(run_config, data)
-    return SimConfig(
-        num_workers=scenario.num_workers, scenario=scenario, num_ps=scenario.num_ps,
-        # The PS's queue and the network (`cluster_sim.sim.ps`; free unless the costs
-        # were measured by --ps-probe).
-        ps_service_s=costs.get("ps_push_s", 0.0),
-        ps_push_s_per_byte=costs.get("ps_push_s_per_byte", 0.0),
-        ps_apply_s=costs.get("ps_apply_s", 0.0),
-        ps_apply_s_per_byte=costs.get("ps_apply_s_per_byte", 0.0),
-        bandwidth_gbps=costs.get("network_gbps"), latency_s=costs.get("network_latency_s", 0.0),
-        us_per_sample=run_config.us_per_sample, batch_size=run_config.batch_size,
-        learning_rate=run_config.learning_rate, momentum=run_config.momentum,
-        hidden=tuple(run_config.hidden), target_accuracy=goal["target_accuracy"],
-        target_loss=goal["target_loss"], max_pushes=run_config.max_pushes,
-        max_updates=run_config.max_updates,
-        # The harness evaluates beside training, at most this much of the run apart.
-        eval_every=scenario.num_workers, eval_relative_gap=run_config.eval_relative_gap,
-        start_overhead_s=costs["chunk_overhead_s"], step_overhead_s=costs["step_overhead_s"],
-        read_overhead_s=costs["read_overhead_s"], gate_latency_s=costs["gate_latency_s"],
-        # The harness's sleep is a layer inside the step, and nothing orders the step's
-        # reads of the parameters after it: TensorFlow runs them as the step starts, so
-        # the whole step is exposed to staleness (measured: the real K-async runs' mean
-        # staleness is 0.84 of the whole-step prediction), as on an accelerator.
-        input_before_read=False, step_jitter=HARNESS_STEP_JITTER, seed=run_config.seed,
-        # Simulate on past the target so the time to each real run's update count is known.
-        stop_at_target=False)
 
 
 def scenario_arms(specs, scenario) -> list:

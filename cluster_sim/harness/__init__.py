@@ -2,8 +2,9 @@
 
 * `cluster_sim.harness.run`: `run_arm` (one arm of a comparison on a `LocalCluster`),
   `window_metrics`;
-* `cluster_sim.harness.config`: `RunConfig`, `Arm`, `ARMS`, `parse_arms`, `targets`,
-  `load_data` (no TensorFlow: what a run is);
+* `cluster_sim.harness.config`: `RunConfig` (the shared
+  `cluster_sim.scenarios.training.TrainingConfig` and the harness's own settings), `Arm`,
+  `ARMS`, `parse_arms`, `targets`, `load_data` (no TensorFlow: what a run is);
 * `cluster_sim.harness.evaluator`: `BackgroundEvaluator`, validation beside training;
 * `cluster_sim.harness.player`: `ScenarioPlayer`, which plays a scenario's speeds and
   events during a run;

@@ -14,13 +14,16 @@ import dataclasses
 
 from cluster_sim.harness.arms import ARMS, Arm, parse_arms
 from cluster_sim.report.results import EVAL_RELATIVE_GAP
+from cluster_sim.scenarios.training import TIME_BUDGET_S, TrainingConfig, targets
 
 __all__ = ["RunConfig", "Arm", "ARMS", "parse_arms", "load_data", "targets"]
 
 
 @dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """Settings of a run that a scenario does not fix.
+class RunConfig(TrainingConfig):
+    """A real run's settings that a scenario does not fix: the shared training settings
+    (`cluster_sim.scenarios.training.TrainingConfig`, the simulator's too) and the
+    harness's own.
 
     The run stops at the first of: validation loss at ``target_loss`` (validation
     accuracy at ``target_accuracy`` when ``target_loss`` is None and the workload names
@@ -31,26 +34,16 @@ class RunConfig:
     (``result["evaluator"]["check"]``), to show the numpy evaluation is Keras's.
     ``target`` names which of the workload's targets counts (``"early"``, ``"late"``:
     `cluster_sim.workloads.Dataset.target_named`); None: its default one. An explicit
-    ``target_loss`` wins over both (`targets`).
+    ``target_loss`` wins over both (`targets`). ``speeds`` are the workers' speeds at
+    the start (what ``bench`` reports).
     """
 
     speeds: tuple = (1.0, 1.0, 0.5, 0.25)
-    us_per_sample: float = 300.0
-    batch_size: int = 32
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    hidden: tuple = (64, 64)
-    max_pushes: int = 1200
-    max_updates: int | None = None
-    target_accuracy: float = 0.93
-    target_loss: float | None = None
     target: str | None = None
-    time_budget_s: float = 120.0
+    time_budget_s: float = TIME_BUDGET_S
     eval_relative_gap: float = EVAL_RELATIVE_GAP
     eval_min_gap_s: float = 0.25
-    allocate_every: int = 10
     check_evaluator: bool = False
-    seed: int = 0
 
     @classmethod
     def from_scenario(cls, scenario, **overrides) -> "RunConfig":
@@ -70,32 +63,3 @@ def load_data(scenario):
     """The scenario's workload (``scenario.data``), the same rows for every seed."""
     from cluster_sim.workloads import load
     return load(scenario.data, seed=0)
-
-
-def targets(config, data) -> dict:
-    """The run's targets, ``{"target_loss", "target_accuracy"}``: the config's when it
-    sets a target loss, else the workload's when that has a loss (``data.target``, or
-    the one ``config.target`` names: ``data.target_named``), else the config's accuracy
-    alone. A target loss is what ends the run. Naming a target the workload does not
-    have raises ValueError.
-
-    >>> targets(RunConfig(target_accuracy=0.9), None)
-    {'target_loss': None, 'target_accuracy': 0.9}
-    >>> from cluster_sim.workloads import load
-    >>> targets(RunConfig(target="late"), load("ctr", train_size=10, test_size=10))
-    {'target_loss': 0.465, 'target_accuracy': 0.93}
-    """
-    if config.target_loss is not None:
-        return {"target_loss": config.target_loss, "target_accuracy": config.target_accuracy}
-    if config.target is not None:
-        if data is None or not hasattr(data, "target_named"):
-            raise ValueError(f"target {config.target!r}: no workload to take it from")
-        own = data.target_named(config.target) or {}
-    else:
-        own = getattr(data, "target", None) or {}
-    if own.get("loss") is not None:
-        return {"target_loss": float(own["loss"]),
-                "target_accuracy": own.get("accuracy", config.target_accuracy)}
-    return {"target_loss": None, "target_accuracy": config.target_accuracy}
-
-

@@ -6,6 +6,10 @@
   speed schedules;
 * `cluster_sim.scenarios.machine_usage`: co-located load from the Alibaba 2018
   machine-usage trace (read by path, never shipped) as speed schedules;
+* `cluster_sim.scenarios.training`: `TrainingConfig`, the training settings and defaults
+  the harness, the simulator and scenario files share, and `targets`;
+* `cluster_sim.scenarios.windows`: `speed_matrix`, a scenario's speeds per window as a
+  ``[workers, windows]`` matrix (what `predictor.regime` replays);
 * the built-in scenario files ``*.toml`` in this folder (4 workers, the demo's), and the
   benchmark's 8-worker set in ``bench/`` (``load_scenario("bench/static")``).
 

@@ -27,14 +27,19 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import math
 
 import numpy as np
+
+from cluster_sim.scenarios.training import TIME_BUDGET_S, TrainingConfig
 
 __all__ = ["SpeedSchedule", "Event", "RelativeEvent", "Scenario", "INJECT_MODES",
            "UnresolvedEvents"]
 
 INJECT_MODES = ("delay", "sigstop")
+#: the training defaults a scenario file may leave out (the harness's and the simulator's).
+_TRAINING = TrainingConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,20 +193,20 @@ class Scenario:
     name: str
     num_workers: int = 4
     num_ps: int = 1
-    hidden: tuple = (64, 64)
+    hidden: tuple = _TRAINING.hidden
     data: str = "digits"
-    batch_size: int = 32
-    learning_rate: float = 0.05
-    momentum: float = 0.9
+    batch_size: int = _TRAINING.batch_size
+    learning_rate: float = _TRAINING.learning_rate
+    momentum: float = _TRAINING.momentum
     slowdowns: tuple = ()
     events: tuple = ()
     relative_events: tuple = ()
-    target_accuracy: float = 0.93
-    target_loss: float | None = None
+    target_accuracy: float = _TRAINING.target_accuracy
+    target_loss: float | None = _TRAINING.target_loss
     target: str | None = None
-    time_budget_s: float = 120.0
-    max_pushes: int = 1200
-    us_per_sample: float = 300.0
+    time_budget_s: float = TIME_BUDGET_S
+    max_pushes: int = _TRAINING.max_pushes
+    us_per_sample: float = _TRAINING.us_per_sample
     inject: str = "delay"
     description: str = ""
     source: str = ""
@@ -264,15 +269,39 @@ class Scenario:
         """Every worker's `speed` at ``t_s``: what the in-graph delay should use now."""
         return [self.speed(w, t_s) for w in range(self.num_workers)]
 
+    def downtime(self, worker: int) -> tuple:
+        """``((begin, end, "pause" | "kill"), ...)``: ``worker``'s paused or killed
+        stretches, in time order, each ``[begin, end)`` (``end`` is inf for a kill
+        without a restart, or a pause without a resume). The one account of downtime:
+        `frozen` and the simulator's speeds (`cluster_sim.sim.speeds.ScenarioSpeeds`)
+        read it.
+
+        >>> s = Scenario("d", 2, events=(Event(5.0, 1, "kill"), Event(9.0, 1, "restart"),
+        ...                              Event(12.0, 1, "pause"), Event(15.0, 0, "kill")))
+        >>> s.downtime(1)
+        ((5.0, 9.0, 'kill'), (12.0, inf, 'pause'))
+        """
+        self._factors(worker)  # range check
+        return self._downtimes[worker]
+
+    @functools.cached_property
+    def _downtimes(self) -> tuple:
+        """`downtime` of every worker, worked out once (the simulator asks per step)."""
+        out = [[] for _ in range(self.num_workers)]
+        open_ = {}  # worker -> (begin, action) of the stretch under way
+        for e in self.events:
+            if e.action in ("pause", "kill"):
+                open_[e.worker] = (e.at_s, e.action)
+            elif e.worker in open_:
+                begin, action = open_.pop(e.worker)
+                out[e.worker].append((begin, e.at_s, action))
+        for worker, (begin, action) in open_.items():
+            out[worker].append((begin, math.inf, action))
+        return tuple(tuple(d) for d in out)
+
     def frozen(self, worker: int, t_s: float) -> bool:
         """True while ``worker`` is paused or killed (an event at exactly t_s applies)."""
-        state = False
-        for e in self.events:
-            if e.at_s > t_s:
-                break
-            if e.worker == worker:
-                state = e.action in ("pause", "kill")
-        return state
+        return any(b <= t_s < e for b, e, _ in self.downtime(worker))
 
     def effective_speed(self, worker: int, t_s: float) -> float:
         """`speed`, or 0.0 while the worker is paused or killed."""

@@ -91,6 +91,7 @@ from cluster_sim.scenarios.machine_usage import machine_speeds, usage_file, usag
 from cluster_sim.scenarios.model import (Event, RelativeEvent, Scenario, SpeedSchedule,
                                          check_event_order, event_order)
 from cluster_sim.scenarios.traces import DEFAULT_TRACE_DIR, load_trace_series, trace_schedules
+from cluster_sim.scenarios.training import TIME_BUDGET_S, TrainingConfig
 
 __all__ = ["BUILTIN_DIR", "BENCH_DIR", "builtin_names", "bench_names", "load_scenario",
            "parse_scenario"]
@@ -106,6 +107,7 @@ _USAGE_KEYS = {"dir", "machines", "workers", "grid_s", "time_unit_s", "start_s"}
 # The workloads of `cluster_sim.workloads` a scenario may name, and the targets each
 # names (`cluster_sim.workloads.Dataset.targets`; none: only its default target).
 _DATASETS = ("digits", "teacher", "ctr")
+_TRAINING = TrainingConfig()  # what a file leaves out
 _NAMED_TARGETS = {"ctr": tuple(CTR_TARGETS)}
 
 
@@ -216,7 +218,7 @@ class _Reader:
             self.fail("workers", "missing: how many workers")
         n = self.get(table, "workers", int, None)
         model, training = self.section(table, "model"), self.section(table, "training")
-        hidden = model.get("hidden", [64, 64])
+        hidden = model.get("hidden", list(_TRAINING.hidden))
         if not (isinstance(hidden, list) and all(isinstance(h, int) and h > 0 for h in hidden)):
             self.fail("model.hidden", f"expected a list of positive layer widths, got {hidden!r}")
         data = self.get(table, "data", str, "digits")
@@ -228,12 +230,14 @@ class _Reader:
             self.fail("target", f"workload {data!r} has no target {named!r} " + (
                 f"(it has {', '.join(map(repr, have))})" if have else
                 "(it names none: omit target, or set target_loss)"))
-        us_per_sample = self.get(table, "us_per_sample", float, 300.0)
-        batch_size = self.get(training, "batch_size", int, 32, "training.")
-        momentum = self.get(training, "momentum", float, 0.9, "training.", positive=False)
+        us_per_sample = self.get(table, "us_per_sample", float, _TRAINING.us_per_sample)
+        batch_size = self.get(training, "batch_size", int, _TRAINING.batch_size,
+                              "training.")
+        momentum = self.get(training, "momentum", float, _TRAINING.momentum, "training.",
+                            positive=False)
         if not 0.0 <= momentum < 1.0:
             self.fail("training.momentum", f"must be in [0, 1), got {momentum}")
-        target = self.get(table, "target_accuracy", float, 0.93)
+        target = self.get(table, "target_accuracy", float, _TRAINING.target_accuracy)
         if not target <= 1.0:
             self.fail("target_accuracy", f"must be in (0, 1], got {target}")
         slow = self.section(table, "slowdowns")
@@ -258,13 +262,14 @@ class _Reader:
                 name=self.get(table, "name", str, self.src.stem if self.src.suffix else "scenario"),
                 num_workers=n, num_ps=self.get(table, "ps", int, 1), hidden=tuple(hidden),
                 data=data, batch_size=batch_size,
-                learning_rate=self.get(training, "learning_rate", float, 0.05, "training."),
+                learning_rate=self.get(training, "learning_rate", float,
+                                       _TRAINING.learning_rate, "training."),
                 momentum=momentum, slowdowns=tuple(tuple(f) for f in factors),
                 events=tuple(events), relative_events=tuple(relative),
                 target_accuracy=target,
-                target_loss=self.get(table, "target_loss", float, None), target=named,
-                time_budget_s=self.get(table, "time_budget_s", float, 120.0),
-                max_pushes=self.get(table, "max_pushes", int, 1200),
+                target_loss=self.get(table, "target_loss", float, _TRAINING.target_loss), target=named,
+                time_budget_s=self.get(table, "time_budget_s", float, TIME_BUDGET_S),
+                max_pushes=self.get(table, "max_pushes", int, _TRAINING.max_pushes),
                 us_per_sample=us_per_sample, inject=inject,
                 description=self.get(table, "description", str, ""), source=self.where)
         except ValueError as err:  # the model checks how slowdowns are injected

@@ -4,7 +4,10 @@
   `ksync.UpdateState`, real gradients in event order);
 * `cluster_sim.sim.speeds`: speed models (`SpeedModel`: how long a simulated step takes)
   and the network;
-* `cluster_sim.sim.clock`: the event queue.
+* `cluster_sim.sim.clock`: the event queue;
+* `cluster_sim.sim.mirror`: `sim_config`, a harness run and its measured framework costs
+  as a `SimConfig` (the one mapping; both configs extend
+  `cluster_sim.scenarios.training.TrainingConfig`).
 
 Its model is `cluster_sim.numpy_mlp.MLP` (a layer below: the harness evaluates with it too).
 

@@ -45,6 +45,7 @@ from ksync.learning_rate import LearningRate
 from ksync.noise import RoundNoise
 from predictor.schedule import AllocationSchedule
 from cluster_sim.report.results import RunResult, curve_tta, target_reached
+from cluster_sim.scenarios.training import TrainingConfig
 from cluster_sim.sim.clock import EventClock
 from cluster_sim.sim.ps import PSCosts, PSQueue
 from cluster_sim.sim.speeds import Network, make_speed_model
@@ -55,8 +56,9 @@ _ARRIVE, _APPLY, _READ, _IDLE = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
-class SimConfig:
-    """One simulated run. Training defaults are those of `cluster_sim.harness.run.RunConfig`.
+class SimConfig(TrainingConfig):
+    """One simulated run: the shared training settings (`TrainingConfig`, the harness's
+    `cluster_sim.harness.config.RunConfig` has the same) and the simulator's own.
 
     Timing: a step of ``b`` samples on a worker at speed ``s`` computes for
     ``b * us_per_sample / s`` plus framework costs not scaled by speed: ``read_overhead_s``
@@ -98,7 +100,6 @@ class SimConfig:
     straggler_mean: float = 0.5
     slow_fraction: float = 0.1
     slow_mean: float = 4.0
-    us_per_sample: float = 300.0
     step_overhead_s: float = 0.0
     read_overhead_s: float = 0.0
     bandwidth_gbps: float | None = 10.0
@@ -114,16 +115,8 @@ class SimConfig:
     gate_latency_s: float = 0.0
     input_before_read: bool = False
     step_jitter: float = 0.0
-    batch_size: int = 32
-    learning_rate: float = 0.05
-    momentum: float = 0.9
     warmup_from: float | None = None  # the rate at push 0, rising to learning_rate
     warmup_pushes: int = 0            # over this many pushes (0: no warm-up)
-    hidden: tuple = (64, 64)
-    target_accuracy: float = 0.93
-    target_loss: float | None = None
-    max_pushes: int | None = 1200
-    max_updates: int | None = None
     max_time_s: float | None = None
     stop_at_target: bool = True
     eval_every: int = 60
@@ -132,7 +125,6 @@ class SimConfig:
     chunk_pushes: int = 0
     chunk_overhead_s: float = 0.0
     same_batch_order: bool = False
-    seed: int = 0
     # Each commit applies ``learning_rate`` times the gain of ``lr_scaling``
     # (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None; "auto" is the policy's
     # own: None for every built-in rule, Adaptive included), ``batch_size``
@@ -219,16 +211,16 @@ class Simulation:
         this run's decisions are in ``self.controller.history``).
       config: `SimConfig`.
       data: a `cluster_sim.workloads.Dataset` (default: digits with the config's seed).
-      batch_allocation, forecaster, allocation_mode, allocate_every: as for
-        `strategies.KSyncStrategy`: per-worker batch sizes from an
-        `predictor.AllocationSchedule` over the `predictor.BatchAllocator`.
+      batch_allocation, forecaster, allocation_mode: as for `strategies.KSyncStrategy`:
+        per-worker batch sizes from an `predictor.AllocationSchedule` over the
+        `predictor.BatchAllocator`, every ``config.allocate_every`` updates.
       record_batches: keep ``(version_read, worker, rows, weight)`` of every accepted push
         in ``self.batches`` (for tests).
     """
 
     def __init__(self, policy, config: SimConfig = SimConfig(), data=None,
                  batch_allocation=None, forecaster=None, allocation_mode=None,
-                 allocate_every: int = 20, record_batches=False):
+                 record_batches=False):
         config.check()
         self.config = c = config
         self.step_size = c.step_size
@@ -257,7 +249,7 @@ class Simulation:
         mode = lr_scaling.resolve(c.lr_scaling, self.policy)
         self.scaling = (lr_scaling.LRScaling(mode, c.batch_size, c.max_lr)
                         if mode is not None else None)
-        self.controller = RuleController(self.policy, n, schedule, allocate_every,
+        self.controller = RuleController(self.policy, n, schedule, c.allocate_every,
                                          lr_scaling=mode, base_batch=float(c.batch_size))
         self.rule = self.controller.rule
         self.refresh_clock = RefreshClock(self.controller)  # when a refresh is due

@@ -93,7 +93,7 @@ class ScenarioSpeeds(SpeedModel):
         scenario.check_resolved()  # events at fractions of a run need the run's length
         self.scenario = scenario
         self.name = scenario.name
-        self.downtime = [_downtime(scenario.events, w) for w in range(scenario.num_workers)]
+        self.downtime = [scenario.downtime(w) for w in range(scenario.num_workers)]
         self.has_kills = any(a == "kill" for down in self.downtime for _b, _e, a in down)
 
     def speed(self, worker, now):
@@ -137,29 +137,6 @@ class ScenarioSpeeds(SpeedModel):
         n = self.scenario.num_workers
         tiled = f", tiled over {self.num_workers} workers" if self.num_workers != n else ""
         return self.scenario.summary() + tiled
-
-
-def _downtime(events, worker) -> list[tuple]:
-    """``[(begin, end, "pause" | "kill")]`` of ``worker``'s paused or killed stretches, in
-    time order (``end`` is inf for a kill without a restart).
-
-    >>> from cluster_sim.scenarios import Event
-    >>> _downtime([Event(5.0, 1, "kill"), Event(9.0, 1, "restart"), Event(12.0, 1, "pause"),
-    ...            Event(15.0, 0, "kill")], 1)
-    [(5.0, 9.0, 'kill'), (12.0, inf, 'pause')]
-    """
-    out, open_ = [], None
-    for e in events:
-        if e.worker != worker:
-            continue
-        if e.action in ("pause", "kill"):
-            open_ = (e.at_s, e.action)
-        elif open_ is not None:
-            out.append((open_[0], e.at_s, open_[1]))
-            open_ = None
-    if open_ is not None:
-        out.append((open_[0], math.inf, open_[1]))
-    return out
 
 
 def static_scenario(speeds) -> Scenario:

@@ -154,7 +154,7 @@ def test_the_cost_model_predicts_real_pushes_on_the_cluster(cluster, data, hidde
 
 def test_the_bench_takes_the_ps_costs_and_the_scenarios_ps_tasks():
     from cluster_sim.cli.bench_policies import _sim_conditions
-    from cluster_sim.cli.calibrate import sim_config
+    from cluster_sim.sim.mirror import sim_config
     from cluster_sim.harness.config import RunConfig
     from cluster_sim.scenarios import load_scenario
     scenario = dataclasses.replace(load_scenario("bench/static"), num_ps=2)

@@ -1,6 +1,7 @@
 """Report: medians over seeds, TTA definition, files written, plots readable."""
 
 import csv
+import dataclasses
 import json
 
 import matplotlib.image as mpimg
@@ -175,9 +176,9 @@ def test_a_simulator_result_renders_with_the_same_report(tmp_path):
     from cluster_sim.sim import SimConfig, Simulation
 
     config = SimConfig(num_workers=4, max_pushes=120, eval_every=40, stop_at_target=False)
-    runs = [Simulation(ksync.Adaptive(refresh_every=10), config,
-                       batch_allocation=predictor.BatchAllocator(128, min_batch=4),
-                       allocate_every=5).run(),
+    runs = [Simulation(ksync.Adaptive(refresh_every=10),
+                       dataclasses.replace(config, allocate_every=5),
+                       batch_allocation=predictor.BatchAllocator(128, min_batch=4)).run(),
             Simulation(ksync.BSP(), config).run()]
     assert runs[0]["batch_sizes"][0] == {"wall_s": 0.0, "sizes": [32, 32, 32, 32]}
     assert len(runs[0]["batch_sizes"]) > 1 and runs[1]["batch_sizes"] == []

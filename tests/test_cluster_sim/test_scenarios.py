@@ -501,3 +501,38 @@ def test_trace_even_follows_near_equal_real_workers():
         moves.append(np.abs(np.diff(speeds) / speeds[:-1]).mean())
     assert 0.95 <= min(medians) and max(medians) <= 1.0 + 1e-9
     assert all(0.02 < m < 0.1 for m in moves)
+
+
+def test_downtime_is_one_account_for_the_model_and_the_simulator():
+    """`Scenario.downtime` is what `frozen` and the simulator's speeds read: the
+    simulated worker is killed exactly where the model says it is frozen by a kill."""
+    churn = load_scenario("churn")
+    assert churn.downtime(3) == ((20.0, 45.0, "kill"),) and churn.downtime(0) == ()
+    speeds = make_speed_model(churn, num_workers=4, us_per_sample=300)
+    for t in (19.99, 20.0, 30.0, 44.99, 45.0):
+        assert speeds.killed(3, t) == churn.frozen(3, t) == (20.0 <= t < 45.0)
+    with pytest.raises(ValueError, match="worker 4 out of range"):
+        churn.downtime(4)
+
+
+def test_speed_matrix_is_the_scenario_per_window(tmp_path, capsys):
+    """`python -m cluster_sim speeds` writes each scenario's [workers, windows] speeds
+    (0 while stopped); a scenario with fraction events needs its reference first."""
+    from cluster_sim.__main__ import main
+    from cluster_sim.scenarios.windows import speed_matrix
+    out = tmp_path / "regimes.npz"
+    assert main(["speeds", "--scenarios", "bench/pause", "--out", str(out)]) == 2
+    assert "at_fraction" in capsys.readouterr().err and not out.exists()
+    assert main(["speeds", "--scenarios", "pause,bench/pause,bench/colocated_usage",
+                 "--event-reference", "100", "--window-s", "1.0", "--out", str(out)]) == 0
+    with np.load(out) as npz:
+        got = {name: npz[name] for name in npz.files}
+    assert set(got) == {"pause", "bench/pause", "bench/colocated_usage"}
+    placed = load_scenario("bench/pause").resolve_events(100.0)
+    [(begin, end, _)] = placed.downtime(1)
+    middles = np.arange(got["bench/pause"].shape[1]) + 0.5
+    assert np.array_equal(got["bench/pause"][1] == 0, (begin <= middles) & (middles < end))
+    assert np.array_equal(got["pause"], speed_matrix(load_scenario("pause"), window_s=1.0))
+    # A machine-usage scenario's factors count (a TOML reading of its own saw none).
+    usage = got["bench/colocated_usage"]
+    assert usage.shape == (8, 2400) and 0 < usage.min() < usage.max() < 1.0

@@ -60,9 +60,8 @@ def test_every_push_is_counted_and_versions_are_commits(policy, data):
 def test_bsp_is_large_batch_sgd_on_the_same_samples(data):
     # Unequal per-worker batches (from the allocator) check the sample weighting too.
     alloc = predictor.BatchAllocator(global_batch=128, min_batch=8, hysteresis=0.0)
-    config = quick(max_pushes=48, speeds=(1.0, 1.0, 0.5, 0.25))
-    sim = Simulation(ksync.BSP(), config, data, batch_allocation=alloc, allocate_every=2,
-                     record_batches=True)
+    config = quick(max_pushes=48, speeds=(1.0, 1.0, 0.5, 0.25), allocate_every=2)
+    sim = Simulation(ksync.BSP(), config, data, batch_allocation=alloc, record_batches=True)
     sim.run()
     assert sim.state.version == 12 and sim.state.dropped == 0
     sizes = {len(rows) for _, _, rows, _ in sim.batches}
@@ -142,7 +141,7 @@ def test_step_jitter_breaks_the_lockstep_of_the_workers(data):
     phase and a gradient's staleness takes a few exact values (none is 4 updates
     stale); with the harness's spread (`HARNESS_STEP_JITTER`) it takes the values in
     between too, as on the real cluster, and the same seed gives the same run."""
-    from cluster_sim.cli.calibrate import HARNESS_STEP_JITTER
+    from cluster_sim.sim.mirror import HARNESS_STEP_JITTER
 
     def histogram(jitter):
         config = quick(speeds=(1.0, 1.0, 0.5, 0.25), us_per_sample=3000.0, max_pushes=400,

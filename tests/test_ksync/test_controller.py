@@ -253,8 +253,9 @@ def test_the_simulator_runs_the_products_controller_and_allocation_schedule():
     from cluster_sim.sim import SimConfig, Simulation
     sim = Simulation(ksync.Adaptive(refresh_every=10),
                      SimConfig(num_workers=4, max_pushes=400, eval_every=200,
-                               stop_at_target=False, speeds=(1.0, 1.0, 1.0, 0.2)),
-                     batch_allocation=BatchAllocator(128, min_batch=4), allocate_every=10)
+                               stop_at_target=False, speeds=(1.0, 1.0, 1.0, 0.2),
+                               allocate_every=10),
+                     batch_allocation=BatchAllocator(128, min_batch=4))
     result = sim.run()
     assert isinstance(sim.controller, RuleController)
     schedule = sim.controller.schedule

@@ -169,10 +169,10 @@ def test_linear_bsp_in_the_simulator_is_sgd_on_the_concatenated_batch_at_the_sca
     kwargs = {}
     if allocated:
         kwargs = dict(batch_allocation=predictor.BatchAllocator(
-            global_batch=96, min_batch=8, hysteresis=0.0), allocate_every=2)
+            global_batch=96, min_batch=8, hysteresis=0.0))
     config = SimConfig(num_workers=4, max_pushes=48, eval_every=20, stop_at_target=False,
                        speeds=(1.0, 1.0, 0.5, 0.25), batch_size=32, learning_rate=0.05,
-                       lr_scaling="linear")
+                       lr_scaling="linear", allocate_every=2)
     sim = Simulation(ksync.BSP(), config, data, record_batches=True, **kwargs)
     sim.model = MLP(data.num_features, data.num_classes, config.hidden, seed=config.seed,
                     dtype=np.float64)

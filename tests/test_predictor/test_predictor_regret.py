@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import predictor
+from cluster_sim.__main__ import main as cluster_sim_main
 from predictor.baselines import (ChangePointSmoothing, ExponentialSmoothing, LastValue,
                                  MovingAverage)
 from predictor.heldout import make_folds
-from predictor.regime import machine_usage_speeds, measured, regime_sets, scenario_speeds
+from predictor.regime import machine_usage_speeds, measured, regime_sets, true_speeds
 from predictor.regret import allocation_regret, round_times, window_speeds
 from predictor.traces import load_traces
 from predictor.windows import changepoint_levels
@@ -141,23 +142,31 @@ def test_a_jump_at_or_below_the_change_point_threshold_is_refused():
     assert GRUSmoothingForecaster(changepoint=None).changepoint is None  # jump unused
 
 
-def test_scenario_schedules_from_toml(tmp_path):
+def test_scenario_speed_matrices(tmp_path):
+    """A scenario's speeds per window come from the lab's scenario model
+    (`cluster_sim.scenarios.windows.speed_matrix`: 0 while stopped), and the replay
+    takes a stopped worker at MIN_SPEED."""
+    from cluster_sim.scenarios import load_scenario
+    from cluster_sim.scenarios.windows import speed_matrix
     d = write_scenarios(tmp_path)
-    c = scenario_speeds(d / "colocated.toml", window_s=1.0)
+    matrix = lambda name, **kw: speed_matrix(load_scenario(str(d / f"{name}.toml")), **kw)
+    c = matrix("colocated", window_s=1.0)
     assert c.shape == (4, 12)
     assert c[1].tolist() == [0.5] * 3 + [1.0] * 3 + [0.5] * 3 + [1.0] * 3
-    p = scenario_speeds(d / "pause.toml", window_s=1.0)
+    p = true_speeds(matrix("pause", window_s=1.0))
     assert p[2].tolist() == [0.5] * 2 + [0.01] * 4 + [0.5] * 6 and p[3].tolist() == [0.25] * 12
-    k = scenario_speeds(d / "churn.toml", window_s=1.0)
+    k = true_speeds(matrix("churn", window_s=1.0))
     assert k[3, 3] == 0.25 and np.all(k[3, 4:9] == 0.01) and k[3, 9] == 0.25
     # Default window: 20 updates of 32 samples at 300 us per sample.
-    assert scenario_speeds(d / "colocated.toml").shape[1] == int(np.ceil(12.0 / 0.192))
-    sets = regime_sets(scenarios=d, seeds=(0, 1), noise=0.1)
+    assert matrix("colocated").shape[1] == int(np.ceil(12.0 / 0.192))
+    sets = regime_sets(scenarios={n: matrix(n, window_s=1.0) for n in SCENARIOS},
+                       seeds=(0, 1), noise=0.1)
     (t0, m0), (t1, m1) = sets["pause/seed0"], sets["pause/seed1"]
-    assert np.array_equal(t0, t1) and not np.array_equal(m0, m1)
+    assert np.array_equal(t0, t1) and np.array_equal(t0, p) and not np.array_equal(m0, m1)
     assert np.allclose(np.log(m0 / t0).std(), 0.1, atol=0.02)
-    with pytest.raises(FileNotFoundError, match="nope.toml.*job_2_norm_sample.csv"):
-        scenario_speeds(tmp_path / "nope.toml")
+    for bad, why in (([1.0, 0.5], "shape"), ([[1.0, -0.5]], ">= 0"), ([[np.nan]], "finite")):
+        with pytest.raises(ValueError, match=why):
+            true_speeds(bad)
 
 
 def test_machine_usage_speeds_average_bins_and_fill_gaps(tmp_path):
@@ -203,11 +212,14 @@ def test_regret_cli_on_vendored_sample_and_scenarios(tmp_path, capsys, monkeypat
     monkeypatch.setattr(evaluate, "make_forecasters", small_forecasters)
     traces = two_jobs(tmp_path)
     scen = write_scenarios(tmp_path / "scenarios", budget=6.0)
+    regimes = tmp_path / "regimes.npz"
+    assert cluster_sim_main(["speeds", "--out", str(regimes), "--scenarios",
+                             ",".join(str(scen / f"{n}.toml") for n in SCENARIOS)]) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         evaluate.main(["--traces", str(traces), "--out", str(tmp_path / "out"),
                        "--min-history", "16", "--holdout", "job",
-                       "--metric", "both", "--scenarios", str(scen)])
+                       "--metric", "both", "--regimes", str(regimes)])
     printed = capsys.readouterr().out
     assert "| job_a (held-out job) |" in printed and "fold job_b:" in printed
     report = json.loads((tmp_path / "out" / "results.json").read_text())

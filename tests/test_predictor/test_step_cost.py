@@ -9,7 +9,7 @@ import ksync
 from ksync import Measurement, RuleController
 from predictor.allocator import BatchAllocator
 from predictor.baselines import ChangePointSmoothing, LastValue
-from predictor.regime import measured, scenario_speeds
+from predictor.regime import measured, true_speeds
 from predictor.regret import allocation_regret
 from predictor.schedule import AllocationSchedule
 from predictor.step_cost import StepCostEstimate
@@ -106,11 +106,18 @@ def test_the_controller_allocates_on_speeds_per_sample_and_checkpoints_the_cost(
     restored.set_state(state)
 
 
+def colocated_speeds():
+    """The benchmark's `colocated` schedule in 2.5 s windows, as the replay takes it."""
+    from cluster_sim.scenarios import load_scenario
+    from cluster_sim.scenarios.windows import speed_matrix
+    return true_speeds(speed_matrix(load_scenario("bench/colocated"), window_s=2.5))
+
+
 def test_with_a_step_cost_the_estimate_lets_a_forecast_allocate_as_fast_as_last_value():
     """The replay of the harness's `colocated` schedule, 25 ms a step (5 samples' time),
     3 % timing noise: samples over busy time leave the smoothed forecast slower than
     last value; with the cost taken out it is no slower."""
-    v = scenario_speeds("cluster_sim/scenarios/bench/colocated.toml", window_s=2.5)[:, :240]
+    v = colocated_speeds()[:, :240]
     forecaster = ChangePointSmoothing().fit(measured(v, 0.03, 9))
     for seed in (0, 1, 2):
         seen = measured(v, 0.03, seed)
@@ -128,7 +135,7 @@ def test_the_default_forecaster_allocates_for_the_window_the_sizes_hold_for():
     leaves a slowed worker too large a batch; the schedule's default looks one window
     ahead, and with the cost taken out allocates no slower than last value."""
     from predictor import GRUSmoothingForecaster
-    v = scenario_speeds("cluster_sim/scenarios/bench/colocated.toml", window_s=2.5)[:, :120]
+    v = colocated_speeds()[:, :120]
     seen = measured(v, 0.03, 0)
     gru = GRUSmoothingForecaster.default()
     last, h1, h10 = (1 + allocation_regret(v, f, measured=seen, global_batch=256,

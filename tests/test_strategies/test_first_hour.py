@@ -37,7 +37,7 @@ def test_tensorflow_starts_without_a_line_on_stderr_unless_verbose():
 
 def test_help_lists_every_command_and_each_takes_verbose():
     out = run(["-m", "cluster_sim", "--help"]).stdout
-    for command in ("demo", "simulate", "bench", "soak", "calibrate", "scale", "report"):
+    for command in ("demo", "simulate", "bench", "soak", "calibrate", "scale", "speeds", "report"):
         assert command in COMMANDS and f"    {command}" in out
     assert "--verbose" in run(["-m", "cluster_sim", "simulate", "--help"]).stdout
 
