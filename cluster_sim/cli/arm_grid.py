@@ -36,7 +36,8 @@ from ksync.learning_rate import LearningRate
 __all__ = ["FAMILIES", "ORDER", "MOMENTA", "BASE_ONLY", "BenchArm", "matrix_specs", "parse_families",
            "pinned_values", "parse_lr_grid", "lr_values", "bench_arms", "oracle_choices",
            "baseline_label", "grid_edges", "oracle_settings", "tuned_from", "check_arms",
-           "coarse_arms", "refined_arms", "tuned_arms", "tuning_choices"]
+           "coarse_arms", "refined_arms", "tuned_arms", "tuning_choices", "scenario_base",
+           "scenario_arms"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,6 +234,18 @@ def bench_arms(specs, num_workers: int, tuned: dict | None = None, *,
                 s = dataclasses.replace(one, lr=lr, momentum=momentum)
                 out.append(BenchArm(spec.name, s.arm(num_workers, base, batch_size), value, s))
     return list({a.arm.label: a for a in out}.values())  # one arm per label
+
+
+def scenario_base(scenario) -> LearningRate:
+    """The scenario's step size: the base of every arm's learning rate."""
+    return LearningRate(scenario.learning_rate, momentum=scenario.momentum)
+
+
+def scenario_arms(specs, n, scenario, lr_grid, tuned=None) -> list[BenchArm]:
+    """The matrix's arms (`bench_arms`) on ``n`` workers of ``scenario``: its learning
+    rate the base, its batch one worker's."""
+    return bench_arms(specs, n, tuned, lr_grid=lr_grid, batch_size=scenario.batch_size,
+                      base=scenario_base(scenario))
 
 
 def check_arms(arms, num_workers: int) -> None:
