@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from cluster_sim.cli import bench_config, event_reference
-from cluster_sim.cli.arm_grid import (coarse_arms, grid_edges, oracle_choices, oracle_settings,
+from cluster_sim.cli.arm_grid import (best_settings, coarse_arms, grid_edges, oracle_settings,
                                       refined_arms, scenario_arms, scenario_base, tuned_arms,
                                       tuning_choices)
 from cluster_sim.cli.bench_matrix import run_matrix
@@ -67,7 +67,7 @@ def tune(arms, scenario, run_config, seeds, log, what, staged=False, **matrix) -
     if staged:
         coarse = coarse_arms(chosen, base)
         first = run_matrix(coarse, scenario, seeds[:1], run_config, **matrix)
-        picked = oracle_choices(first, coarse)
+        picked = best_settings(first, coarse)
         log(f"{what}, coarse pass on seed {seeds[0]} ({len(coarse)} arms): "
             + ", ".join(picked.values()))
         chosen = refined_arms(chosen, picked, base)
