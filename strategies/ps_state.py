@@ -148,6 +148,28 @@ def _copy_to(grad, device):
         return tf.identity(grad)
 
 
+class _Pushed(collections.namedtuple(
+        "_Pushed", "version_read finite samples iteration_time worker sq_norm")):
+    """One push's scalars on the rule task (`PSUpdateState._send`): the version its
+    gradient was computed from, whether every gradient is finite, its samples (float32),
+    the worker's iteration time, the worker as a [1, 1] index, the squared norm."""
+
+
+class _Decision(collections.namedtuple(
+        "_Decision", "version staleness weight accepted accepted_i in_round commit total "
+                     "lr_values scaling")):
+    """One push's decision in the rule task's critical section (`PSUpdateState._decide`):
+    the version it arrived at and its staleness, its weight (0: dropped), whether it is
+    accepted (and as an int64 0 or 1), the round's gradients with it, whether it commits the round, the round's
+    samples with it, and (with learning-rate scaling, else None) the scaling state read
+    and its `strategies.ps_lr_scaling` decision."""
+
+    @property
+    def gain(self):
+        """The learning-rate gain of this push's commit (None: the run does not scale)."""
+        return None if self.scaling is None else self.scaling.gain
+
+
 class PSUpdateState:
     """Update state on ``device`` (a PS task) for ``num_workers`` workers.
 
@@ -374,15 +396,55 @@ class PSUpdateState:
             state was made with also has no staleness bound or scaling (ASP), the push
             takes no lock at all.
           extras: the step's `Extras`, run with every update this push makes.
+
+        The steps: `_send` (the gradients and the push's scalars to the PS tasks, before
+        any lock), then in the rule task's critical section `_decide` (accept, weight,
+        commit), `_accumulate` (each shard's aggregate, and the round's update on a
+        commit) and `_record` (counters, telemetry, noise and learning-rate statistics);
+        a direct push applies its gradient after the lock (`_apply_unlocked`).
         """
+        accumulators = [] if direct else [self.accumulator(v) for _, v, _ in updates]
+        updates, pushed = self._send(updates, version_read, samples, iteration_time, worker,
+                                     direct)
+        if direct and self._lock_free:
+            return self._push_unlocked(updates, pushed, extras)
+
+        def body():
+            decision = self._decide(pushed)
+            added, shard_ops = ([], []) if direct else self._accumulate(
+                updates, accumulators, decision, pushed.samples, extras)
+            with tf.device(self.device), tf.control_dependencies(shard_ops):
+                with tf.control_dependencies(self._record(decision, pushed, added, direct)):
+                    if direct:  # applied after the lock is released, below
+                        return (self.counter_vec[_V], decision.commit, decision.weight) + (
+                            () if decision.gain is None else (decision.gain,))
+                    return self.counter_vec[_V]
+
+        # On the rule task too: the section's result copies and the lock's release, so
+        # releasing it never waits on a round trip to the worker.
+        with tf.device(self.device):
+            decided = self.critical_section.execute(body, exclusive_resource_access=False)
+        if not direct:
+            return decided
+        # K = 1 for good (ASP, SSP with K = 1): only the decision is serialised; the
+        # update itself runs on the variables' tasks outside any lock, concurrently with
+        # other workers' updates, as the stock strategy applies them. The version may
+        # so count an update a moment before every shard shows it: staleness is charged
+        # from the version, never under-counted.
+        version, commit, weight = decided[:3]
+        with tf.control_dependencies(self._apply_unlocked(
+                updates, commit, weight, extras, *decided[3:])), tf.device(self.device):
+            return tf.identity(version)
+
+    def _send(self, updates, version_read, samples, iteration_time, worker, direct):
+        """Step 1 of `push`, on the worker: each gradient copied to its variable's task
+        and the push's scalars to the rule task, before any lock is taken, so a worker
+        frozen or killed mid-push can never hold it (and every other worker) while its
+        tensors are on the way. Returns the updates with the copies and the `_Pushed`
+        scalars as the rule task holds them."""
         grads = [g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
                  for _, _, g in updates]
         finite = tf.reduce_all(tf.stack([_all_finite(g) for g in grads]))
-        accumulators = [] if direct else [self.accumulator(v) for _, v, _ in updates]
-        # Everything the critical sections read is copied to the PS tasks first, each
-        # gradient to its variable's task: a lock is taken only once the inputs are
-        # there, so a worker frozen or killed mid-push can never hold it (and every
-        # other worker) while its tensors are on the way.
         # The gradient's squared norm (for the noise scale) is summed on the worker,
         # where the gradient is, and crosses as one more scalar. A direct push keeps no
         # noise statistics (no round has several gradients), so it skips the pass.
@@ -403,106 +465,102 @@ class PSUpdateState:
             version_read = tf.identity(version_read)
             if carrier is None:
                 meta = tf.identity(meta)
-            finite, samples, iteration_time = meta[0] > 0, tf.cast(meta[1], tf.float32), meta[2]
-            worker = tf.reshape(tf.cast(meta[3], tf.int64), [1, 1])
-            sq_norm = meta[4]
-        updates = [(fn, v, g) for (fn, v, _), g in zip(updates, grads)]
-        if direct and self._lock_free:
-            return self._push_unlocked(updates, version_read, finite, samples,
-                                       iteration_time, worker, extras)
+            pushed = _Pushed(version_read, meta[0] > 0, tf.cast(meta[1], tf.float32),
+                             meta[2], tf.reshape(tf.cast(meta[3], tf.int64), [1, 1]),
+                             meta[4])
+        return [(fn, v, g) for (fn, v, _), g in zip(updates, grads)], pushed
 
-        def body():
-            # The decision stays on the rule task: a value that bounced to the worker
-            # and back inside the critical section would hold the lock for several
-            # network round trips.
-            with tf.device(self.device):
-                counters = self.counter_vec.read_value()
-                rule = self.rule_vec.read_value()
-                version, pending = counters[_V], counters[_PENDING]
-                staleness = version - version_read
-                beyond = tf.logical_and(rule[_MAX_S] >= 0, staleness > rule[_MAX_S])
-                scaled = 1.0 / (1.0 + tf.cast(staleness, tf.float32))
-                stale_weight = tf.where(rule[_DOWNWEIGHT] > 0, scaled, 0.0)
-                weight = tf.where(beyond, stale_weight,
-                                  tf.where(rule[_SCALING] > 0, scaled, 1.0))
-                weight = tf.where(tf.logical_and(finite, samples > 0), weight, 0.0)
-                accepted = weight > 0.0
-                accepted_i = tf.cast(accepted, tf.int64)
-                in_round = pending + accepted_i
-                commit = tf.logical_and(accepted, in_round >= rule[_K])
-                commit_i = tf.cast(commit, tf.int64)
-                total = self.pending_samples.read_value() + \
-                    tf.cast(accepted, tf.float32) * samples
-                scaling = self.lr_scaling
-                if scaling is not None:  # the gain this push's commit would apply
-                    lr_values = scaling.variable.read_value()
-                    decision = scaling.decide(lr_values, accepted, samples, staleness)
-                gain = None if scaling is None else decision.gain
-
-            if direct:
-                shard_ops = []  # applied after the lock is released, below
-            else:
-                def add(indices):
-                    # Each shard adds the gradient and, when the round commits, the
-                    # squared norm of its part of the round's aggregate (one pass over
-                    # the shard a round, for the noise scale).
-                    added = []
-                    for i in indices:
-                        acc, g = accumulators[i], updates[i][2]
-                        # A rejected gradient weighs 0 and may hold NaN: multiply_no_nan
-                        # makes it exactly 0.
-                        if isinstance(g, tf.IndexedSlices):
-                            added.append(acc.scatter_add(tf.IndexedSlices(
-                                tf.math.multiply_no_nan(g.values, tf.cast(
-                                    weight * samples, g.dtype)), g.indices)))
-                        else:
-                            added.append(acc.assign_add(tf.math.multiply_no_nan(
-                                g, tf.cast(weight * samples, g.dtype))))
-                    with tf.control_dependencies(added):
-                        return [tf.cond(commit, lambda: tf.add_n([
-                            _sq_norm(accumulators[i].read_value()) for i in indices]),
-                            lambda: tf.constant(0.0, tf.float64))]
-                added = self._on_shards([v for _, v, _ in updates], add, values=True)
-                with tf.control_dependencies(added):
-                    shard_ops = [tf.cond(commit, lambda: tf.group(self._apply_round(
-                        updates, accumulators, total, extras, gain)), tf.no_op)]
-
-            with tf.device(self.device), tf.control_dependencies(shard_ops):
-                applied_now = commit_i * in_round
-                delta = _counter_delta(commit_i, accepted_i, applied_now, finite)
-                bookkeeping = [self.counter_vec.assign_add(delta)] + self._worker_telemetry(
-                    worker, accepted, version, staleness, samples, iteration_time)
-                estimate = valid = None
-                if not direct:
-                    bookkeeping.append(self.pending_samples.assign(
-                        tf.where(commit, 0.0, total)))
-                    noise, estimate, valid = self._noise_bookkeeping(
-                        accepted, commit, sq_norm, samples, total, tf.add_n(added))
-                    bookkeeping += noise
-                if scaling is not None:
-                    bookkeeping.append(scaling.record(lr_values, decision, commit,
-                                                      estimate, valid))
-                with tf.control_dependencies(bookkeeping):
-                    if direct:
-                        return (self.counter_vec[_V], commit, weight) + (
-                            () if gain is None else (gain,))
-                    return self.counter_vec[_V]
-
-        # On the rule task too: the section's result copies and the lock's release, so
-        # releasing it never waits on a round trip to the worker.
+    def _decide(self, pushed) -> "_Decision":
+        """Step 2 of `push`, inside the rule task's critical section: the push's weight
+        under the rule (its staleness against the bound, scaling, down-weighting; 0 for
+        a non-finite or empty gradient), whether it joins the round and commits it, the
+        round's samples, and the commit's learning-rate gain. `ksync.state.UpdateState`
+        decides the same (the tests hold the two to each other)."""
+        # The decision stays on the rule task: a value that bounced to the worker and
+        # back inside the critical section would hold the lock for several network
+        # round trips.
         with tf.device(self.device):
-            decided = self.critical_section.execute(body, exclusive_resource_access=False)
+            counters = self.counter_vec.read_value()
+            rule = self.rule_vec.read_value()
+            version, pending = counters[_V], counters[_PENDING]
+            staleness = version - pushed.version_read
+            beyond = tf.logical_and(rule[_MAX_S] >= 0, staleness > rule[_MAX_S])
+            scaled = 1.0 / (1.0 + tf.cast(staleness, tf.float32))
+            stale_weight = tf.where(rule[_DOWNWEIGHT] > 0, scaled, 0.0)
+            weight = tf.where(beyond, stale_weight,
+                              tf.where(rule[_SCALING] > 0, scaled, 1.0))
+            weight = tf.where(tf.logical_and(pushed.finite, pushed.samples > 0), weight, 0.0)
+            accepted = weight > 0.0
+            accepted_i = tf.cast(accepted, tf.int64)
+            in_round = pending + accepted_i
+            commit = tf.logical_and(accepted, in_round >= rule[_K])
+            total = self.pending_samples.read_value() + \
+                tf.cast(accepted, tf.float32) * pushed.samples
+            lr_values = scaling = None
+            if self.lr_scaling is not None:  # the gain this push's commit would apply
+                lr_values = self.lr_scaling.variable.read_value()
+                scaling = self.lr_scaling.decide(lr_values, accepted, pushed.samples,
+                                                 staleness)
+        return _Decision(version, staleness, weight, accepted, accepted_i, in_round, commit,
+                         total, lr_values, scaling)
+
+    def _accumulate(self, updates, accumulators, decision, samples, extras):
+        """Step 3 of `push` (a push with rounds): the weighted gradient added to each
+        shard's round aggregate, on the shard's task under its lock, and when the push
+        commits, the round's update (`_apply_round`). Returns each shard's squared norm
+        of its aggregate at a commit (0 otherwise; for the noise scale) and the commit's
+        ops."""
+        weight = decision.weight
+
+        def add(indices):
+            # Each shard adds the gradient and, when the round commits, the squared
+            # norm of its part of the round's aggregate (one pass over the shard a
+            # round, for the noise scale).
+            added = []
+            for i in indices:
+                acc, g = accumulators[i], updates[i][2]
+                # A rejected gradient weighs 0 and may hold NaN: multiply_no_nan makes
+                # it exactly 0.
+                if isinstance(g, tf.IndexedSlices):
+                    added.append(acc.scatter_add(tf.IndexedSlices(
+                        tf.math.multiply_no_nan(g.values, tf.cast(
+                            weight * samples, g.dtype)), g.indices)))
+                else:
+                    added.append(acc.assign_add(tf.math.multiply_no_nan(
+                        g, tf.cast(weight * samples, g.dtype))))
+            with tf.control_dependencies(added):
+                return [tf.cond(decision.commit, lambda: tf.add_n([
+                    _sq_norm(accumulators[i].read_value()) for i in indices]),
+                    lambda: tf.constant(0.0, tf.float64))]
+
+        added = self._on_shards([v for _, v, _ in updates], add, values=True)
+        with tf.control_dependencies(added):
+            return added, [tf.cond(decision.commit, lambda: tf.group(self._apply_round(
+                updates, accumulators, decision.total, extras, decision.gain)), tf.no_op)]
+
+    def _record(self, decision, pushed, added, direct):
+        """Step 4 of `push`, on the rule task once the shards' work is done: the ops
+        counting the push (`COUNTERS`), its worker's telemetry, and for a push with
+        rounds the round's samples and noise statistics (``added``: the shards' squared
+        norms from `_accumulate`); the learning-rate scaling's state last."""
+        d = decision
+        commit_i = tf.cast(d.commit, tf.int64)
+        applied_now = commit_i * d.in_round
+        delta = _counter_delta(commit_i, d.accepted_i, applied_now, pushed.finite)
+        ops = [self.counter_vec.assign_add(delta)] + self._worker_telemetry(
+            pushed.worker, d.accepted, d.version, d.staleness, pushed.samples,
+            pushed.iteration_time)
+        estimate = valid = None
         if not direct:
-            return decided
-        # K = 1 for good (ASP, SSP with K = 1): only the decision is serialised; the
-        # update itself runs on the variables' tasks outside any lock, concurrently with
-        # other workers' updates, as the stock strategy applies them. The version may
-        # so count an update a moment before every shard shows it: staleness is charged
-        # from the version, never under-counted.
-        version, commit, weight = decided[:3]
-        with tf.control_dependencies(self._apply_unlocked(
-                updates, commit, weight, extras, *decided[3:])), tf.device(self.device):
-            return tf.identity(version)
+            ops.append(self.pending_samples.assign(tf.where(d.commit, 0.0, d.total)))
+            noise, estimate, valid = self._noise_bookkeeping(
+                d.accepted, d.commit, pushed.sq_norm, pushed.samples, d.total,
+                tf.add_n(added))
+            ops += noise
+        if self.lr_scaling is not None:
+            ops.append(self.lr_scaling.record(d.lr_values, d.scaling, d.commit, estimate,
+                                              valid))
+        return ops
 
     def _apply_unlocked(self, updates, condition, weight=None, extras=NO_EXTRAS,
                         gain=None):
@@ -532,15 +590,15 @@ class PSUpdateState:
                 best = i
         return best
 
-    def _push_unlocked(self, updates, version_read, finite, samples, iteration_time,
-                       worker, extras):
-        """A direct push under a rule with no staleness bound or scaling: accepted when
+    def _push_unlocked(self, updates, pushed, extras):
+        """A direct push (its scalars ``pushed``, from `_send`) under a rule with no staleness bound or scaling: accepted when
         finite, applied at once on the variables' tasks as the stock strategy's update,
         then counted; no lock, since the decision reads no shared state. Each counter
         update is one atomic op, so the counters add up (``applied + dropped ==
         pushed``) whatever the interleaving; the version returned is read after this
         push's count, so concurrent pushes can only make the staleness recorded larger,
         never smaller."""
+        finite, samples = pushed.finite, pushed.samples
         with tf.device(self.device):
             accepted = tf.logical_and(finite, samples > 0)
         with tf.device(self.device), \
@@ -553,9 +611,9 @@ class PSUpdateState:
                 read_value=True)[_V]
             # The version this gradient was applied on, as the lock would have seen it.
             before = version - accepted_i
-            telemetry = self._worker_telemetry(worker, accepted, before,
-                                               before - version_read, samples,
-                                               iteration_time)
+            telemetry = self._worker_telemetry(pushed.worker, accepted, before,
+                                               before - pushed.version_read, samples,
+                                               pushed.iteration_time)
             with tf.control_dependencies(telemetry):
                 return tf.identity(version)
 

@@ -245,3 +245,30 @@ def test_cluster_sim_layers_point_down(edges):
               for x, y in APART + [(y, x) for x, y in APART]
               if within(a, x) and within(b, y)]
     assert across == []
+
+
+# The rooms of `bench policies` (`cluster_sim/cli/bench_*.py` and `arm_grid.py`), one job
+# each (docs/architecture.md), by row: a room imports only rooms of lower rows; the
+# command that wires them sits on top, and only `bench` imports it.
+BENCH_ROOMS = [
+    ("cluster_sim.cli.arm_grid", "cluster_sim.cli.bench_config", "cluster_sim.cli.run_store"),
+    ("cluster_sim.cli.bench_matrix", "cluster_sim.cli.bench_table"),
+    ("cluster_sim.cli.bench_costs", "cluster_sim.cli.bench_tuning",
+     "cluster_sim.cli.bench_tables"),
+    ("cluster_sim.cli.bench_policies",),
+]
+
+
+def test_the_bench_rooms_import_downwards_and_only_the_bench_command_wires_them(edges):
+    rank = {m: i for i, row in enumerate(BENCH_ROOMS) for m in row}
+    assert set(rank) <= set(edges)  # every room named exists
+    rooms = {m for m in edges if m.startswith("cluster_sim.cli.bench_")}
+    assert rooms | {"cluster_sim.cli.arm_grid"} <= set(rank), \
+        f"a bench room without a row in BENCH_ROOMS: {sorted(rooms - set(rank))}"
+    sideways_or_up = sorted((m, t) for m in rank for t in edges[m]
+                            if t in rank and t != m and rank[t] >= rank[m])
+    assert sideways_or_up == []
+    assert "cluster_sim.cli.bench_config" in edges["cluster_sim.cli.bench_matrix"] or \
+        "cluster_sim.cli.bench_config" in edges["cluster_sim.cli.bench_costs"]  # read
+    assert {m for m, targets in edges.items()
+            if "cluster_sim.cli.bench_policies" in targets} == {"cluster_sim.cli.bench"}

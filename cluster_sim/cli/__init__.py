@@ -49,6 +49,21 @@ def parse_seeds(text, option: str = "--seeds", start: int = 0) -> list[int]:
     return seeds
 
 
+def seeds_text(seeds) -> str:
+    """``0-9`` for a run of seeds, else ``1,5``; ``-`` for none (`parse_seeds` reads
+    the first two back).
+
+    >>> seeds_text([100, 101]), seeds_text([0, 5]), seeds_text([7]), seeds_text([])
+    ('100-101', '0,5', '7', '-')
+    """
+    seeds = list(seeds)
+    if not seeds:
+        return "-"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
 def prepare_tensorflow() -> None:
     """Settings every command that trains must make before TensorFlow is imported:
     tf_keras as Keras (parameter-server training needs it), TensorFlow imported without

@@ -33,10 +33,11 @@ from cluster_sim.harness.arms import ArmSpec, CONTENDERS, Arm, parse_arm_specs
 from cluster_sim.report.results import median_tta
 from ksync.learning_rate import LearningRate
 
-__all__ = ["FAMILIES", "ORDER", "MOMENTA", "BASE_ONLY", "BenchArm", "matrix_specs", "parse_families",
-           "pinned_values", "parse_lr_grid", "lr_values", "bench_arms", "oracle_choices",
-           "baseline_label", "grid_edges", "oracle_settings", "tuned_from", "check_arms",
-           "coarse_arms", "refined_arms", "tuned_arms", "tuning_choices"]
+__all__ = ["FAMILIES", "ORDER", "MOMENTA", "BASE_ONLY", "BenchArm", "matrix_specs",
+           "parse_families", "pinned_values", "parse_lr_grid", "lr_values", "bench_arms",
+           "best_settings", "oracle_choices", "baseline_label", "grid_edges",
+           "oracle_settings", "tuned_from", "check_arms", "coarse_arms", "refined_arms",
+           "tuned_arms", "tuning_choices", "scenario_base", "scenario_arms"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +236,18 @@ def bench_arms(specs, num_workers: int, tuned: dict | None = None, *,
     return list({a.arm.label: a for a in out}.values())  # one arm per label
 
 
+def scenario_base(scenario) -> LearningRate:
+    """The scenario's step size: the base of every arm's learning rate."""
+    return LearningRate(scenario.learning_rate, momentum=scenario.momentum)
+
+
+def scenario_arms(specs, n, scenario, lr_grid, tuned=None) -> list[BenchArm]:
+    """The matrix's arms (`bench_arms`) on ``n`` workers of ``scenario``: its learning
+    rate the base, its batch one worker's."""
+    return bench_arms(specs, n, tuned, lr_grid=lr_grid, batch_size=scenario.batch_size,
+                      base=scenario_base(scenario))
+
+
 def check_arms(arms, num_workers: int) -> None:
     """Build every arm's policy for ``num_workers`` workers before any run; a
     ValueError names the arm and the problem (e.g. a rule ksync does not have yet)."""
@@ -324,12 +337,13 @@ def tuning_choices(results, arms, seeds, base: LearningRate | None = None) -> di
     >>> tuning_choices(runs, arms, [100], base), tuning_choices(runs, arms, [100, 101])
     ({'asp': 'ASP @lr=0.0025'}, {'asp': 'ASP @lr=0.02'})
     """
+    # Every rule of `tuned_arms` is chosen for, however few of its arms a stage holds.
     chosen = tuned_arms(arms)
     if base is not None:
         coarse = coarse_arms(chosen, base)
         first = [r for r in results if r["seed"] == seeds[0]]
-        chosen = refined_arms(chosen, oracle_choices(first, coarse), base)
-    return oracle_choices([r for r in results if r["seed"] in seeds], chosen)
+        chosen = refined_arms(chosen, best_settings(first, coarse), base)
+    return best_settings([r for r in results if r["seed"] in seeds], chosen)
 
 
 # ---- choosing ---------------------------------------------------------------------------
@@ -347,26 +361,39 @@ def _tta_key(results, label):
     return (math.inf if tta is None else tta, statistics.median(losses) if losses else math.inf)
 
 
+def best_settings(results, arms) -> dict:
+    """Each rule's best arm among ``arms`` that ran (linear-scaling arms aside), however
+    few of its settings ``arms`` holds (a pruned tuning's stage may hold one): the
+    lowest median time to target over seeds, then the lowest final loss.
+
+    >>> runs = [{"policy": "BSP @lr=0.08", "seed": 0, "tta_s": 9.0}]
+    >>> best_settings(runs, bench_arms(["bsp"], 8, lr_grid=(0.01, 0.08))[1:])
+    {'bsp': 'BSP @lr=0.08'}
+    """
+    choices = {}
+    for name in dict.fromkeys(a.family for a in arms):
+        ran = [a.arm.label for a in arms if a.family == name and not a.linear
+               and per_seed(results, a.arm.label)]
+        if ran:
+            choices[name] = min(ran, key=lambda label: _tta_key(results, label))
+    return choices
+
+
 def oracle_choices(results, arms) -> dict:
     """Per rule among ``arms`` run at several settings (grid values, learning rates,
-    momenta; linear-scaling arms aside): the label of its best (lowest median time to
-    target over seeds, then lowest final loss); a rule run at one setting (tuned
-    beforehand: ``--arms kasync=4``, ``--tuned-from``) is tuned at it.
+    momenta; linear-scaling arms aside): the label of its best (`best_settings`); a
+    rule run at one setting (tuned beforehand: ``--arms kasync=4``, ``--tuned-from``) is
+    tuned at it.
 
     >>> runs = [{"policy": "KSync(k=2)", "seed": 0, "tta_s": 9.0},
     ...         {"policy": "KSync(k=4)", "seed": 0, "tta_s": 7.0}]
     >>> oracle_choices(runs, bench_arms(["ksync"], 6))
     {'ksync': 'KSync(k=4)'}
     """
-    choices = {}
-    for name in dict.fromkeys(a.family for a in arms):
-        tried = [a for a in arms if a.family == name and not a.linear]
-        if name not in FAMILIES and len(tried) < 2:
-            continue  # a rule without a grid at one setting: no choice was made
-        ran = [a.arm.label for a in tried if per_seed(results, a.arm.label)]
-        if ran:
-            choices[name] = min(ran, key=lambda label: _tta_key(results, label))
-    return choices
+    # A rule without a grid at one setting: no choice was made.
+    made = {a.family for a in arms if a.family in FAMILIES or sum(
+        b.family == a.family and not b.linear for b in arms) >= 2}
+    return best_settings(results, [a for a in arms if a.family in made])
 
 
 def baseline_label(results, arms) -> str:

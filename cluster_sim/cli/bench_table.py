@@ -18,11 +18,13 @@ True
 import math
 import statistics
 
+from cluster_sim.cli import seeds_text
 from cluster_sim.cli.arm_grid import baseline_label, grid_edges, oracle_choices, oracle_settings, per_seed
 from cluster_sim.harness.arms import CONTENDERS
 from cluster_sim.report.tables import format_interval, markdown_table_rows
 
-__all__ = ["arm_row", "bench_table", "table_and_verdict"]
+__all__ = ["arm_row", "bench_table", "table_and_verdict", "write_scenario", "grid_note",
+           "incomplete_note"]
 
 
 def arm_row(results, label, baseline="BSP") -> dict:
@@ -104,3 +106,43 @@ def table_and_verdict(results, arms, title="") -> str:
     from cluster_sim.report import summarise, verdict
     text, _data = bench_table(results, arms, title)
     return f"{text}\n\n{verdict(summarise(results))}"
+
+
+# ---- a scenario's section of bench.md and its report ------------------------------------
+
+def write_scenario(out, scenario_key, results, arms, scenario, meta, title):
+    """``bench_table``'s text and data for one scenario (and worker count), its report
+    (every run, curves and plots: `cluster_sim.report.write_report`) written to
+    ``out/SCENARIO_KEY``; with no result yet, a line saying so and no report."""
+    from cluster_sim.report import write_report
+    if not results:  # stopped (--stop-after) before this scenario's first run
+        import shutil  # an earlier report there would be read as this matrix's
+        shutil.rmtree(out / scenario_key.replace("/", "_"), ignore_errors=True)
+        return f"### {title}\n\nNo run made yet.", {}
+    text, data = bench_table(results, arms, title=title)
+    write_report(out / scenario_key.replace("/", "_"), results, title=title,
+                 scenario=scenario, meta=meta, extra={"bench": data}, sections=[text])
+    return text, data
+
+
+def grid_note(args, values, tune_seeds=()) -> str:
+    """The table's line saying where its tuned settings came from ("" for none):
+    ``values`` are `ArmSpec`s by rule, ``args`` the command's (``--grid-from-sim``,
+    ``--tuned-from``)."""
+    if not values:
+        return ""
+    seeds = f" on seeds {seeds_text(tune_seeds)}" if tune_seeds else ""
+    how = ("tuned in the simulator" + seeds if args.grid_from_sim else
+           f"tuned{seeds}, not among the reported seeds" if tune_seeds else
+           f"tuned in {args.tuned_from}" if args.tuned_from else "pinned by --arms")
+    return f"\n\nSettings {how}: " + ", ".join(
+        getattr(spec, "described", spec.text) for spec in values.values())
+
+
+def incomplete_note(missing, total, store_dir, log) -> str:
+    """The table's line saying how many of its runs are still to make ("" for none)."""
+    if not missing:
+        return ""
+    log(f"stopped with {missing} run(s) to go; run the same command to resume")
+    return (f"\n\nIncomplete: {missing} of {total} runs not made yet (--stop-after); the "
+            f"same command resumes them from {store_dir}.")

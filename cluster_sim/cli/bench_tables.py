@@ -50,12 +50,13 @@ import statistics
 import subprocess
 import sys
 
+from cluster_sim.cli import seeds_text
 from cluster_sim.cli.arm_grid import (BASE_ONLY, ORDER, bench_arms, grid_edges, matrix_specs,
                                       per_seed, tuning_choices)
 from cluster_sim.report.tables import format_interval, markdown_table_rows
 from ksync.learning_rate import LearningRate
 
-__all__ = ["compact_run", "export", "race_page", "read_store", "seeds_text", "store_arms",
+__all__ = ["compact_run", "export", "race_page", "read_store", "store_arms",
            "tuned_specs", "add_arguments", "run"]
 
 META = "meta.json"
@@ -118,7 +119,7 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
     ``--tuned-from``); returns the files written. ``targets``: the losses to keep times
     for besides each store's own (default: the teacher's early and late targets,
     `cluster_sim.workloads.TEACHER_TARGET` and `LATE_TARGETS`)."""
-    from cluster_sim.cli.bench_policies import LATE_TARGETS
+    from cluster_sim.cli.bench_config import LATE_TARGETS
     from cluster_sim.cli.run_store import saved_conditions
     from cluster_sim.workloads import TEACHER_TARGET
     runs_dirs = [pathlib.Path(d) for d in ([runs_dirs] if isinstance(runs_dirs, (str, pathlib.Path))
@@ -361,20 +362,6 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
         lines += ["", f"#### Time to the {what} ({goal})", "",
                   markdown_table_rows(header, body)]
     return "\n".join(lines)
-
-
-def seeds_text(seeds) -> str:
-    """``0-9`` for a run of seeds, else ``1,5``; ``-`` for none.
-
-    >>> seeds_text([100, 101]), seeds_text([0, 5]), seeds_text([])
-    ('100-101', '0,5', '-')
-    """
-    seeds = list(seeds)
-    if not seeds:
-        return "-"
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(map(str, seeds))
 
 
 def _shown(store_dir: pathlib.Path) -> str:

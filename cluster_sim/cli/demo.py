@@ -4,7 +4,7 @@ Starts a parameter server and the scenario's workers as local processes (loopbac
 slows them as the scenario says (built-in ``demo``: relative speeds 1, 1, 0.5, 0.25 on
 the benchmark's teacher task), and trains each arm for each seed, arms interleaved seed
 by seed with the same initial weights and data order
-(`cluster_sim.cli.bench_policies.run_matrix`). Prints the benchmark's table (median time
+(`cluster_sim.cli.bench_matrix.run_matrix`). Prints the benchmark's table (median time
 to target with its range over seeds, a 90 % interval from 5 seeds, the ratio to BSP
 paired by seed) and a verdict: which rule won, by how much, and whether the seeds
 separate it from BSP and from the next fastest. Writes results.json, curves.csv,
@@ -35,10 +35,9 @@ import pathlib
 import sys
 import time
 
-from cluster_sim.cli import command_line, prepare_tensorflow
+from cluster_sim.cli import command_line, prepare_tensorflow, seeds_text
 from cluster_sim.harness.arms import ARMS, SPEC_HELP, ArmSpec, parse_arm_specs
 from cluster_sim.cli.arm_grid import BenchArm, check_arms
-from cluster_sim.cli.bench_tables import seeds_text
 from cluster_sim.cli.demo_race import PAGE, load_demo_race
 from cluster_sim.scenarios import builtin_names
 
@@ -127,8 +126,9 @@ def run(args) -> int:
     prepare_tensorflow()
     from cluster_sim.netns import isolate_loopback
     isolate_loopback()
-    from cluster_sim.cli.bench_policies import (framework_cost_in_runs, run_matrix,
-                                                table_and_verdict)
+    from cluster_sim.cli.bench_costs import framework_cost_in_runs
+    from cluster_sim.cli.bench_matrix import run_matrix
+    from cluster_sim.cli.bench_table import table_and_verdict
     from cluster_sim.harness.progress import TargetBar
     from cluster_sim.local_cluster import LocalCluster
     from cluster_sim.report import write_report

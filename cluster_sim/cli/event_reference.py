@@ -14,7 +14,8 @@ tuned BSP matrix on the real cluster).
 
 `bench policies` calls `resolve` per scenario and worker count, with a ``measure`` that
 runs BSP's tuning and the tuned BSP on the scenario without its fraction events
-(`cluster_sim.cli.bench_policies`) and returns `reference_seconds` of those runs:
+(`cluster_sim.cli.bench_tuning.events_reference`) and returns `reference_seconds` of
+those runs:
 
 >>> from cluster_sim.scenarios import RelativeEvent, Scenario
 >>> s = Scenario("p", 2, relative_events=(RelativeEvent(0.1, 1, "pause"),

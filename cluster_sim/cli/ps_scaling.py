@@ -83,7 +83,7 @@ def simulated_rates(costs: dict, workers, counts, steps_per_worker: int = 20):
     import dataclasses
 
     import ksync
-    from cluster_sim.cli.bench_policies import injected_us_per_sample
+    from cluster_sim.cli.bench_costs import injected_us_per_sample
     from cluster_sim.sim.mirror import sim_config
     from cluster_sim.harness.config import RunConfig, load_data
     from cluster_sim.scenarios import load_scenario

@@ -53,6 +53,25 @@ def _flat(conditions: dict, prefix: str = "") -> dict:
     return out
 
 
+def _differences(saved: dict, now: dict) -> str:
+    """The settings ``saved`` and ``now`` give differently ("" for none), each named
+    with both values. A setting one side lacks and the other holds at None is the same:
+    a setting added since the store was made (or dropped), at None, means what its
+    absence meant (e.g. ``run_config.target``: the workload's default target).
+
+    >>> _differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": None})
+    'b.c: 2 there, 3 now'
+    >>> _differences({"a": 1}, {"a": 1, "e": 0.5})
+    'e: absent there, 0.5 now'
+    """
+    absent = object()
+    there, here = _flat(saved), _flat(now)
+    show = lambda v: "absent" if v is absent else repr(v)
+    return "; ".join(f"{k}: {show(there.get(k, absent))} there, {show(here.get(k, absent))} now"
+                     for k in sorted(set(there) | set(here))
+                     if there.get(k) != here.get(k))
+
+
 def saved_conditions(directory) -> dict | None:
     """The conditions of the store in ``directory`` (None: there is none)."""
     path = pathlib.Path(directory) / _CONDITIONS
@@ -75,11 +94,8 @@ class RunStore:
             shutil.rmtree(self.directory)
         self.conditions = _canonical(conditions)
         saved = saved_conditions(self.directory)
-        if saved is not None and saved != self.conditions:
-            there, now = _flat(saved), _flat(self.conditions)
-            differ = "; ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now"
-                               for k in sorted(set(there) | set(now))
-                               if there.get(k) != now.get(k))
+        differ = _differences(saved, self.conditions) if saved is not None else ""
+        if differ:
             raise ValueError(f"{self.directory} holds runs made under other conditions "
                              f"({differ}); resume with the same settings, pass --fresh to "
                              "discard those runs, or choose another --out")

@@ -51,7 +51,7 @@ def test_a_malformed_spec_names_the_problem_and_the_fix(bad, problem, fix):
 
 
 def test_the_learning_rate_reaches_the_simulators_update():
-    from cluster_sim.cli.bench_policies import simulate_arm
+    from cluster_sim.cli.bench_matrix import simulate_arm
     from cluster_sim.harness.config import RunConfig
     from cluster_sim.sim import SimConfig
     from cluster_sim.workloads import digits

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from cluster_sim.cli.bench_policies import (FAMILIES, ORDER, bench_arms, bench_table,
-                                            check_arms, injected_us_per_sample,
-                                            oracle_choices, parse_families)
+from cluster_sim.cli.arm_grid import (FAMILIES, ORDER, bench_arms, check_arms, oracle_choices,
+                                      parse_families)
+from cluster_sim.cli.bench_costs import injected_us_per_sample
+from cluster_sim.cli.bench_table import bench_table
 
 
 def test_arms_parse_into_the_matrix_order_with_bsp_always_in():
@@ -20,7 +21,7 @@ def test_arms_parse_into_the_matrix_order_with_bsp_always_in():
 
 
 def test_an_arm_can_pin_its_grid_value():
-    from cluster_sim.cli.bench_policies import pinned_values
+    from cluster_sim.cli.arm_grid import pinned_values
     text = "kasync=64, adaptive"
     assert parse_families(text) == ["bsp", "kasync", "adaptive"]
     assert [a.arm.label for a in bench_arms(parse_families(text), 256,
@@ -53,7 +54,7 @@ def test_grids_scale_with_the_workers_and_skip_asp_and_bsp_duplicates():
 
 
 def test_a_bad_arm_is_named_before_any_run():
-    from cluster_sim.cli.bench_policies import BenchArm
+    from cluster_sim.cli.arm_grid import BenchArm
     from cluster_sim.harness.config import Arm
     with pytest.raises(ValueError, match=r"arm KSync\(k=9\) \('ksync:k=9'\)"):
         check_arms([BenchArm("ksync", Arm("KSync(k=9)", "ksync:k=9"), 9)], 8)
@@ -202,15 +203,17 @@ def test_real_runs_get_the_simulator_beside_them(tiny):
     other costs, so the table must show the timing error those costs make)."""
     import dataclasses
 
-    from cluster_sim.cli.bench_policies import _calibration, _sim_config, run_matrix
+    from cluster_sim.cli.bench_config import sim_config
+    from cluster_sim.cli.bench_costs import calibration
+    from cluster_sim.cli.bench_matrix import run_matrix
     scenario, run_config, data = tiny
     zero = ZERO_COSTS
     arms = bench_arms(["bsp"], 4)
     slow = dict(zero, step_overhead_s=0.0096)  # 9.6 ms more per step
     real = run_matrix(arms, scenario, 1, run_config, data=data, sim_config=dataclasses.replace(
-        _sim_config(slow, scenario, run_config, data, 4), stop_at_target=False))
+        sim_config(slow, scenario, run_config, data, 4), stop_at_target=False))
     # An unfinished matrix (ASP not run yet) is calibrated on the runs made so far.
-    text = _calibration(real, bench_arms(["bsp", "asp"], 4), scenario, run_config, zero, data)
+    text = calibration(real, bench_arms(["bsp", "asp"], 4), scenario, run_config, zero, data)
     assert "against 1 real run(s)" in text and not any(
         line.startswith("ASP") for line in text.splitlines())
     row = next(line.split() for line in text.splitlines() if line.startswith("BSP"))
@@ -220,15 +223,17 @@ def test_real_runs_get_the_simulator_beside_them(tiny):
 
 
 def test_grid_from_sim_tunes_each_rule_in_the_simulator_and_the_demo_gets_a_verdict(tiny):
-    from cluster_sim.cli.bench_policies import (_sim_config, _tune_in_sim, run_matrix,
-                                                table_and_verdict)
+    from cluster_sim.cli.bench_config import sim_config
+    from cluster_sim.cli.bench_matrix import run_matrix
+    from cluster_sim.cli.bench_table import table_and_verdict
+    from cluster_sim.cli.bench_tuning import tune_in_sim
     scenario, run_config, data = tiny
     zero = ZERO_COSTS
     arms = bench_arms(["bsp", "ksync"], 4)
     said = []
-    tuned = _tune_in_sim(arms, scenario, run_config, zero, data, 2, said.append)
+    tuned = tune_in_sim(arms, scenario, run_config, zero, data, 2, said.append)
     results = run_matrix(arms, scenario, 2, run_config, data=data,
-                         sim_config=_sim_config(zero, scenario, run_config, data, 4))
+                         sim_config=sim_config(zero, scenario, run_config, data, 4))
     k = int(oracle_choices(results, arms)["ksync"][8:-1])
     assert set(tuned) == {"ksync"} and tuned["ksync"].text == f"ksync={k}"
     # A K at an end of the grid (2 or 3 on 4 workers) is said to be there.
@@ -246,11 +251,12 @@ def test_a_stopped_matrix_resumes_from_its_store_without_repeating_a_run(tiny, t
     run, and a store made under other conditions is refused, not mixed in."""
     import time
 
-    from cluster_sim.cli.bench_policies import _sim_config, run_matrix
+    from cluster_sim.cli.bench_config import sim_config
+    from cluster_sim.cli.bench_matrix import run_matrix
     from cluster_sim.cli.run_store import RunStore
     scenario, run_config, data = tiny
     arms = bench_arms(["bsp", "asp"], 4)
-    config = _sim_config(ZERO_COSTS, scenario, run_config, data, 4)
+    config = sim_config(ZERO_COSTS, scenario, run_config, data, 4)
     conditions = {"scenario": scenario.summary(), "us_per_sample": 300.0}
     store = RunStore(tmp_path, conditions)
     first = run_matrix(arms[:1], scenario, 2, run_config, data=data, sim_config=config,
@@ -278,10 +284,11 @@ def test_simulations_in_several_processes_give_the_same_runs_in_matrix_order(tin
     """--jobs: the simulated matrix spread over spawned processes is the same matrix
     (a simulation is deterministic for its seed, up to the last bits of BLAS sums with
     one thread per process), in the same order."""
-    from cluster_sim.cli.bench_policies import _sim_config, run_matrix
+    from cluster_sim.cli.bench_config import sim_config
+    from cluster_sim.cli.bench_matrix import run_matrix
     scenario, run_config, data = tiny
     arms = bench_arms(["bsp", "asp"], 4)
-    config = _sim_config(ZERO_COSTS, scenario, run_config, data, 4)
+    config = sim_config(ZERO_COSTS, scenario, run_config, data, 4)
     alone = run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config)
     seen = []
     spread = run_matrix(arms, scenario, 2, run_config, data=data, sim_config=config, jobs=2,
@@ -299,20 +306,20 @@ def test_a_deadline_stops_the_processes_taking_new_runs_not_the_runs_under_way(
         tiny, monkeypatch):
     import types
 
-    from cluster_sim.cli import bench_policies
+    from cluster_sim.cli import bench_config, bench_matrix
     scenario, run_config, data = tiny
     arms = bench_arms(["bsp", "asp"], 4)
-    config = bench_policies._sim_config(ZERO_COSTS, scenario, run_config, data, 4)
+    config = bench_config.sim_config(ZERO_COSTS, scenario, run_config, data, 4)
     reads = []  # the clock passes the deadline after the two processes took a run each
 
     def monotonic():
         reads.append(1)
         return 0.0 if len(reads) <= 2 else 10.0
 
-    monkeypatch.setattr(bench_policies, "time",
+    monkeypatch.setattr(bench_matrix, "time",
                         types.SimpleNamespace(monotonic=monotonic, perf_counter=time.perf_counter))
-    made = bench_policies.run_matrix(arms, scenario, 2, run_config, data=data,
-                                     sim_config=config, jobs=2, deadline=5.0)
+    made = bench_matrix.run_matrix(arms, scenario, 2, run_config, data=data,
+                                   sim_config=config, jobs=2, deadline=5.0)
     assert [(r["policy"], r["seed"]) for r in made] == [(a.arm.label, 0) for a in arms[:2]]
 
 
@@ -340,9 +347,9 @@ def test_a_simulated_matrix_is_kept_and_resumed_as_a_real_one_is(tmp_path, capsy
     assert "4 run(s) already in" in capsys.readouterr().out and runs() == made
     assert (out / "bench.md").read_text() == table
     # A probed matrix resumes with the costs its runs were made with.
-    from cluster_sim.cli.bench_policies import _stored_sim_costs
-    assert _stored_sim_costs(out) == dict(ZERO_COSTS, framework_step_s=0.0)  # --costs none
-    assert _stored_sim_costs(tmp_path) is None
+    from cluster_sim.cli.bench_costs import stored_sim_costs
+    assert stored_sim_costs(out) == dict(ZERO_COSTS, framework_step_s=0.0)  # --costs none
+    assert stored_sim_costs(tmp_path) is None
     # Other settings are refused, not mixed in; --fresh starts over.
     assert main(command + ["--max-pushes", "40"]) == 2
     assert "max_pushes" in capsys.readouterr().err
@@ -382,7 +389,7 @@ def _refusal(main, scenario):
 
 
 def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
-    # The bench's process pool, built as `_simulate_in_processes` builds it; the bench
+    # The bench's process pool, built as `bench_matrix._simulate_in_processes` builds it; the bench
     # is then killed outright (no chance to shut its pool down): its processes must go.
     import os
     import signal
@@ -393,11 +400,11 @@ def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
     script, out = tmp_path / "bench.py", tmp_path / "pids"
     script.write_text(
         "import concurrent.futures, multiprocessing, os, sys, time\n"
-        "from cluster_sim.cli import bench_policies\n"
+        "from cluster_sim.cli import bench_matrix\n"
         "if __name__ == '__main__':\n"
         "    pool = concurrent.futures.ProcessPoolExecutor(\n"
         "        2, mp_context=multiprocessing.get_context('spawn'),\n"
-        "        initializer=bench_policies._init_sim_process, initargs=(None, os.getpid()))\n"
+        "        initializer=bench_matrix._init_sim_process, initargs=(None, os.getpid()))\n"
         "    pids = {pool.submit(os.getpid).result() for _ in range(8)}\n"
         "    busy = [pool.submit(time.sleep, 60) for _ in range(2)]\n"
         "    open(sys.argv[1], 'w').write(' '.join(map(str, pids)))\n"
@@ -414,3 +421,46 @@ def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
     for pid in alive:  # the failure's own clean-up
         os.kill(pid, signal.SIGKILL)
     assert not alive, f"simulation processes {alive} outlived their bench"
+
+
+@pytest.mark.parametrize("name", ["static", "trace", "colocated"])
+def test_the_committed_real_stores_resume_under_the_command_that_made_them(name, tmp_path):
+    """The real-run stores in cluster_sim/results/ open with the conditions their own
+    command (results.json's argv) computes today: the same command resumes them."""
+    import argparse
+    import pathlib
+    import shutil
+
+    from cluster_sim.cli import bench_config, bench_costs, bench_policies, event_reference
+    from cluster_sim.cli.run_store import RunStore
+    results = pathlib.Path(__file__).resolve().parents[2] / "cluster_sim/results"
+    store = shutil.copytree(results / f"bench_real_{name}", tmp_path / name)
+    argv = json.loads((store / "results.json").read_text())["meta"]["argv"]
+    parser = argparse.ArgumentParser()
+    bench_policies.add_arguments(parser)
+    args = parser.parse_args(argv[argv.index("policies") + 1:])
+    costs = bench_costs.costs_from_option(args.costs)
+    us = bench_costs.us_per_sample(bench_config.load_bench_scenario(name, args), costs,
+                                   args, lambda _text: None)
+    scenario, _ = event_reference.resolve(bench_config.load_bench_scenario(name, args, us),
+                                          args.event_reference, None)
+    from cluster_sim.cli.arm_grid import matrix_specs
+    conditions = bench_config.conditions(scenario, us, bench_config.run_config(scenario, args),
+                                         costs, bench_config.allocates(matrix_specs(args.arms)))
+    made = len((store / f"{name}_runs/runs.jsonl").read_text().splitlines())
+    assert len(RunStore(store / f"{name}_runs", conditions)) == made > 0
+    # What it guards: other conditions are refused, naming the setting.
+    with pytest.raises(ValueError, match=r"us_per_sample: 3200.0 there, 3300.0 now"):
+        RunStore(store / f"{name}_runs", dict(conditions, us_per_sample=3300.0))
+
+
+def test_the_allocation_period_is_a_condition_only_of_a_matrix_that_allocates():
+    from cluster_sim.cli import bench_config
+    from cluster_sim.cli.arm_grid import matrix_specs
+    from cluster_sim.harness.config import RunConfig
+    from cluster_sim.scenarios import load_scenario
+    scenario = load_scenario("bench/static")
+    keyed = lambda arms: bench_config.conditions(
+        scenario, 3200.0, RunConfig(), {}, bench_config.allocates(matrix_specs(arms)))
+    assert "allocate_every" not in keyed("bsp,asp,adaptive")["run_config"]
+    assert keyed("bsp,adaptive+alloc")["run_config"]["allocate_every"] == 20

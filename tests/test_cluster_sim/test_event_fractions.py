@@ -126,7 +126,7 @@ duration_fraction = 0.3
 def test_the_framework_cost_probe_runs_a_scenario_with_fraction_events():
     """`bench policies --simulate` without ``--costs`` probes the framework costs on the
     first scenario: its fraction events (no reference yet) must not stop the probe."""
-    from cluster_sim.cli.bench_policies import probe_scenario
+    from cluster_sim.cli.bench_costs import probe_scenario
     scenario = load_scenario("bench/pause")
     with pytest.raises(UnresolvedEvents):
         scenario.check_resolved()

@@ -113,3 +113,20 @@ def test_a_pruned_tuning_screens_coarsely_then_refines_around_each_choice():
         "KAsync(k=2) @lr=0.08 m=0.5",
         # Beyond K-async 2's grid (to 0.08): its nearest rate.
         "KAsync(k=2) @lr=0.08 m=0"]
+
+
+@pytest.mark.parametrize("grid, coarse, tried", [
+    ((0.02, 0.04), ["BSP @lr=0.02"], ["BSP @lr=0.02", "BSP @lr=0.04"]),
+    ((0.01, 0.08), ["BSP @lr=0.08"], ["BSP @lr=0.08"])])
+def test_a_pruned_tuning_chooses_for_a_rule_left_with_one_setting_in_a_stage(grid, coarse,
+                                                                              tried):
+    """A narrow --lr-grid with --tune-stages: a stage may hold one of BSP's rates; BSP is
+    still chosen for (before, it was left untuned and its whole grid ran on the
+    reported seeds; the events' reference failed unpacking no arm)."""
+    from cluster_sim.cli.arm_grid import coarse_arms, refined_arms, tuning_choices
+    arms = bench_arms(["bsp"], 8, base=BASE, lr_grid=grid)
+    assert [a.arm.label for a in coarse_arms(arms, BASE)] == coarse
+    assert [a.arm.label for a in refined_arms(arms, {"bsp": coarse[0]}, BASE)] == tried
+    runs = [{"policy": label, "seed": 100, "tta_s": 10.0 + i} for i, label in
+            enumerate(a.arm.label for a in arms)]
+    assert tuning_choices(runs, arms, [100], BASE) == {"bsp": tried[0]}

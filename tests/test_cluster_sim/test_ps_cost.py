@@ -153,7 +153,7 @@ def test_the_cost_model_predicts_real_pushes_on_the_cluster(cluster, data, hidde
 
 
 def test_the_bench_takes_the_ps_costs_and_the_scenarios_ps_tasks():
-    from cluster_sim.cli.bench_policies import _sim_conditions
+    from cluster_sim.cli.bench_config import sim_conditions
     from cluster_sim.sim.mirror import sim_config
     from cluster_sim.harness.config import RunConfig
     from cluster_sim.scenarios import load_scenario
@@ -171,6 +171,6 @@ def test_the_bench_takes_the_ps_costs_and_the_scenarios_ps_tasks():
     assert free.ps_costs.free and free.bandwidth_gbps is None and free.latency_s == 0.0
     # A free PS leaves its settings out of a run store's conditions, so stores made
     # before the PS had costs still open; a measured one is part of them.
-    settings = lambda c: _sim_conditions(scenario, 3200.0, run_config, old, c)["simulator"]
+    settings = lambda c: sim_conditions(scenario, 3200.0, run_config, old, c)["simulator"]
     assert "num_ps" not in settings(free) and "ps_service_s" not in settings(free)
     assert settings(config)["ps_push_s_per_byte"] == measured["ps_push_s_per_byte"]

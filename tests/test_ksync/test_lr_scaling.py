@@ -260,7 +260,7 @@ def test_adaptive_models_the_scaling_its_run_applies_once_the_noise_is_measured(
 def test_the_adascale_arm_runs_adaptive_with_the_gain_and_the_plain_arm_without(data):
     """``adaptive+adascale`` in the benchmark is the product's opt-in: the same policy,
     its commits scaled by the PS's AdaScale gain; ``adaptive`` keeps the rate as given."""
-    from cluster_sim.cli.bench_policies import simulate_arm
+    from cluster_sim.cli.bench_matrix import simulate_arm
     from cluster_sim.harness.arms import CONTENDERS
     from cluster_sim.harness.config import RunConfig
     config = SimConfig(num_workers=8, max_pushes=8 * 120, eval_every=80,

@@ -12,7 +12,7 @@ updates), at lr 0.1 (BSP's best to the early target on 8 workers) and 0.05, tuni
 
 The late target is 80 % of the way from the early target (0.98) to tuned BSP's long-run
 loss (the trailing mean of the last 5 evaluations after 10,000 updates, median over the
-seeds, at the rate that ends lowest): `LATE_TARGETS` in `cluster_sim.cli.bench_policies`.
+seeds, at the rate that ends lowest): `LATE_TARGETS` in `cluster_sim.cli.bench_config`.
 """
 
 import json
@@ -29,25 +29,27 @@ def measure(specs=("bsp@0.1", "bsp@0.05"), seeds=(100, 101), pushes=80_000):
     import argparse
     import dataclasses
     from threadpoolctl import threadpool_limits
-    from cluster_sim.cli import bench_policies as bp
-    from cluster_sim.cli.arm_grid import bench_arms
+    from cluster_sim.cli import bench_config, bench_costs
+    from cluster_sim.cli.arm_grid import bench_arms, scenario_base
+    from cluster_sim.cli.bench_matrix import simulate_arm
     from cluster_sim.harness.config import load_data
     threadpool_limits(1)
     args = argparse.Namespace(max_pushes=None, time_budget=None, traces=None,
                               machine_usage=None, max_updates=None, us_per_sample=None,
                               compute_ratio=4.0, target="early")
     costs = json.loads((HERE.parents[1] / "scenarios/bench/costs_25ms.json").read_text())["costs"]
-    scenario = bp.load_bench_scenario("homogeneous", args)
-    us = bp._us_per_sample(scenario, dict(costs), args, lambda text: None)
-    scenario = bp.load_bench_scenario("homogeneous", args, us)
-    run_config, data = bp._run_config(scenario, args), load_data(scenario)
+    scenario = bench_config.load_bench_scenario("homogeneous", args)
+    us = bench_costs.us_per_sample(scenario, dict(costs), args, lambda text: None)
+    scenario = bench_config.load_bench_scenario("homogeneous", args, us)
+    run_config, data = bench_config.run_config(scenario, args), load_data(scenario)
     for spec in specs:
-        arm = bench_arms([spec], 8, base=bp.scenario_base(scenario))[0].arm
+        arm = bench_arms([spec], 8, base=scenario_base(scenario))[0].arm
         for seed in seeds:
-            config = dataclasses.replace(bp._sim_config(costs, scenario, run_config, data, 8),
+            config = dataclasses.replace(bench_config.sim_config(costs, scenario, run_config,
+                                                                 data, 8),
                                          seed=seed, max_pushes=pushes, target_loss=-1.0,
                                          stop_at_target=False)
-            r = bp.simulate_arm(arm, config, data, run_config)
+            r = simulate_arm(arm, config, data, run_config)
             print(json.dumps({"spec": spec, "seed": seed, "pushes": pushes,
                               "updates": r["version"], "curve": [
                                   [round(c["wall_s"], 3), c["version"], round(c["loss"], 5)]

@@ -20,7 +20,9 @@ import time
 
 from threadpoolctl import threadpool_limits
 
-from cluster_sim.cli import bench_policies as bench
+from cluster_sim.cli import bench_config, bench_costs
+from cluster_sim.cli.arm_grid import matrix_specs, scenario_arms
+from cluster_sim.cli.bench_matrix import simulate_arm
 from cluster_sim.harness.config import load_data
 
 COSTS = "cluster_sim/scenarios/bench/costs_25ms.json"
@@ -32,19 +34,19 @@ def main(argv):
                               max_pushes=int(argv[4]) if len(argv) > 4 else None,
                               us_per_sample=None, compute_ratio=4.0, target="early",
                               max_updates=None)
-    costs = bench._load_costs(COSTS)
-    scenario = bench.load_bench_scenario(name, args)
-    us = bench._us_per_sample(scenario, costs, args, lambda _text: None)
-    scenario = bench.load_bench_scenario(name, args, us)
-    run_config = bench._run_config(scenario, args)
+    costs = bench_costs.load_costs(COSTS)
+    scenario = bench_config.load_bench_scenario(name, args)
+    us = bench_costs.us_per_sample(scenario, costs, args, lambda _text: None)
+    scenario = bench_config.load_bench_scenario(name, args, us)
+    run_config = bench_config.run_config(scenario, args)
     data = load_data(scenario)
-    config = dataclasses.replace(bench._sim_config(costs, scenario, run_config, data, workers),
-                                 seed=seed)
-    (arm,) = [a for a in bench._arms(bench.matrix_specs(spec), workers, scenario, None)
+    config = dataclasses.replace(
+        bench_config.sim_config(costs, scenario, run_config, data, workers), seed=seed)
+    (arm,) = [a for a in scenario_arms(matrix_specs(spec), workers, scenario, None)
               if spec.startswith("bsp") or a.family != "bsp"]
     with threadpool_limits(1):
         cpu, wall = time.process_time(), time.perf_counter()
-        run = bench.simulate_arm(arm.arm, config, data, run_config)
+        run = simulate_arm(arm.arm, config, data, run_config)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     curve = json.dumps([(p["wall_s"], p["loss"], p["accuracy"]) for p in run["curve"]])
     print(json.dumps({"scenario": name, "workers": workers, "arm": arm.arm.label,
