@@ -19,6 +19,10 @@ The gate's reads and the refreshes call into the cluster through the strategy's
 worker failure, a worker waits at the gate and the rule keeps its last decision (a
 remote call then could crash the chief in native code); once the cluster is whole again
 the gate reads as before. After shutdown or a lost PS nothing reads any more.
+
+The threads use the strategy's `strategies.rule_loop.RuleLoop`, never the strategy or
+the coordinator: as TensorFlow's own threads, they must not keep those alive, since
+dropping the coordinator is what stops them (the loop's module doc says why).
 """
 
 import logging
@@ -30,29 +34,24 @@ import tensorflow as tf
 
 from ksync.controller import RefreshClock
 from ksync.state import UpdateState
-from strategies.cluster_guard import ClusterRecovering, ClusterStopped, ClusterUnavailable
+from strategies.cluster_guard import ClusterRecovering, ClusterUnavailable
 from strategies.compat import ClusterCoordinator, ResourceClosure
 from strategies.gate_cache import GateCache
 from strategies.worker_timing import WorkerTiming
 
 #: seconds between two refreshes by the monitor while steps run.
 _MONITOR_S = 0.25
-class _StrategyGone(ClusterStopped):
-    """The strategy this queue gates for was dropped by its user."""
 
 
 class _GatedClosureQueue:
     """Delegates to TensorFlow's closure queue; `get` first waits at the k-sync gate.
 
-    It holds its strategy weakly, as TensorFlow's cluster does not hold the strategy at
-    all: TensorFlow's worker threads hold the cluster and so this queue, and a strong
-    reference would keep the strategy and its coordinator alive as long as those
-    threads run, while dropping the coordinator is what stops them
-    (`ClusterCoordinator.__del__`). Kept alive, every strategy a process ever made kept
-    its threads, its failure handler and the handler's poller of the coordination
-    service calling into the process's eager context, whichever cluster that was
-    connected to then. Once the strategy is gone the gate lets every step through to
-    the stock queue (which returns None once the coordinator stopped it).
+    It holds the strategy's `strategies.rule_loop.RuleLoop`, not the strategy: as
+    TensorFlow's cluster, it must not keep the strategy and its coordinator alive,
+    since TensorFlow's worker threads hold the cluster and so this queue, and dropping
+    the coordinator is what stops them (`ClusterCoordinator.__del__`). Once the
+    coordinator stopped the stock queue, the gate lets every step through to it (it
+    returns None).
 
     Its state is in three pure classes, each tested without threads: `WorkerTiming`
     (steps and their times), `ksync.controller.RefreshClock` (when a refresh is due)
@@ -61,39 +60,38 @@ class _GatedClosureQueue:
     Locks, in the order they may be taken (a thread holding one takes only those after
     it, never one before):
 
-    1. ``strategy.rule_lock`` (`KSyncStrategy.refresh_rule`): one refresh at a time.
+    1. ``loop.rule_lock`` (`RuleLoop.refresh`): one refresh at a time.
        Taken with neither lock below held: `_refresh` runs outside them.
     2. ``_snapshot_lock``: guards ``_cache`` and ``reads["gate"]``; held across a read
        of the PS so that threads checking together share one read.
     3. ``_changed`` (a condition): guards ``_generation``, ``_refreshes``, ``_clock``,
-       ``reads["refresh"]`` and ``_timing.retried``; worker threads wait on it at the
-       gate. Nothing under it takes another lock or calls the cluster.
+       ``_deferred``, ``_monitoring``, ``reads["refresh"]`` and ``_timing.retried``;
+       worker threads wait on it at the gate. Nothing under it takes another lock or calls the cluster.
     4. TensorFlow's cluster update lock, taken by `ClusterGuard` around every remote
        call (the gate read under 2, the refresh under 1).
 
     Without a lock: each worker's entries in ``_timing`` and ``_thread_tags``, written
-    only by that worker's own thread (readers copy before iterating)."""
+    only by that worker's own thread (readers copy before iterating), and
+    ``_steps_scheduled``, only ever set to True (a step scheduled as it turns may pass
+    the gate unchecked, as one scheduled just before it would)."""
 
-    def __init__(self, queue, strategy, num_workers):
+    def __init__(self, queue, loop, num_workers):
         self._queue = queue
-        self._strategy_ref = weakref.ref(strategy)
+        self._loop = loop
         self.reads = {"gate": 0, "refresh": 0}  # the chief's reads of the PS, by purpose
         self._thread_tags = {}  # worker thread id -> worker index
         # The pure parts, each behind the lock named in the class docstring.
         self._timing = WorkerTiming(num_workers)        # steps and their times
-        self._clock = RefreshClock(strategy.controller)  # when a refresh is due
+        self._clock = RefreshClock(loop.controller)  # when a refresh is due
         self._cache = GateCache(num_workers)            # the gate known without a read
         self._snapshot_lock = threading.Lock()          # guards _cache
         self._changed = threading.Condition()           # guards the counts below, _clock
         self._generation = 0  # steps finished; a change means the gate may have opened
         self._refreshes = 0  # rule refreshes finished (each may have changed the rule)
-
-    @property
-    def _strategy(self):
-        strategy = self._strategy_ref()
-        if strategy is None:
-            raise _StrategyGone("the strategy was dropped")
-        return strategy
+        # Whether a step was ever scheduled: the gate acts from then on (see `get`).
+        self._steps_scheduled = False
+        self._deferred = None  # the live set of a refresh due before that (see `put`)
+        self._monitoring = False  # whether `put` started the monitor thread
 
     def __getattr__(self, name):
         return getattr(self._queue, name)
@@ -108,6 +106,24 @@ class _GatedClosureQueue:
         else:
             super().__setattr__(name, value)
 
+    def put(self, closure, tag=None):
+        if tag is None and not self._steps_scheduled:
+            # The first step (a tagged closure creates a per-worker resource): the
+            # refresh the worker threads' first calls made due runs now, before any
+            # step, at version 0 as in the simulator; then the gate acts, and the
+            # monitor starts (a coordinator never used has only the stock threads).
+            with self._changed:
+                live, self._deferred = self._deferred, None
+                monitor, self._monitoring = not self._monitoring, True
+            if live is not None:
+                self._refresh(live, wait=True)
+            self._steps_scheduled = True
+            if monitor and self._loop.may_wait:
+                # Holds this queue weakly: it ends once the cluster is gone or stopped.
+                threading.Thread(target=_monitor, args=(weakref.ref(self),),
+                                 name="ksync-monitor", daemon=True).start()
+        return self._queue.put(closure, tag=tag)
+
     def put_back(self, closure):
         # TensorFlow re-queues the closure of a failed worker (from that worker's thread)
         # for another worker: the failed attempt is not a step, its time not the worker's.
@@ -119,10 +135,7 @@ class _GatedClosureQueue:
     # A worker thread ends a step with one of these, before the step counts as done for
     # `join`: telemetry read after `fit` returns includes every step.
     def mark_finished(self):
-        try:
-            self._end_step()
-        except _StrategyGone:
-            pass
+        self._end_step()
         return self._queue.mark_finished()
 
     def mark_failed(self, e):
@@ -152,9 +165,9 @@ class _GatedClosureQueue:
         return started is not None and self._pushes_of(started[1]) not in (0, 1)
 
     def _pushes_of(self, closure):
-        """`KSyncStrategy.pushes_per_call` of a step's closure (None: not known, or the
+        """`RuleLoop.pushes_per_call` of a step's closure (None: not known, or the
         closure is gone; it is alive while its worker thread runs it)."""
-        return None if closure is None else self._strategy.pushes_per_call(closure)
+        return None if closure is None else self._loop.pushes_per_call(closure)
 
     def has_queued(self) -> bool:
         """Whether steps are waiting for a worker to take them."""
@@ -164,16 +177,19 @@ class _GatedClosureQueue:
         """Seconds each worker has been running its current step (None: not running)."""
         return self._timing.in_flight_s(time.monotonic())
 
-    def _step_finished(self):
-        strategy = self._strategy
+    def _step_finished(self, defer=False):
+        """A worker thread asks for its next step: count it on the clock and refresh if
+        due (``defer``: leave a due refresh to the first step scheduled, `put`)."""
         with self._changed:
-            coordinator = getattr(strategy, "coordinator", None)
-            live = tuple(coordinator.live_workers()) if coordinator else None
+            live = tuple(self._loop.live_workers())
             # The controller's clock says when a refresh is due (the simulator asks it
             # the same questions): every `refresh_every` steps, or the live set changed.
             due = self._clock.step_finished(time.monotonic(), live)
             self._generation += 1
             self._changed.notify_all()
+            if due and defer:
+                self._deferred = live
+                return
         if due:
             self._refresh(live)
 
@@ -181,11 +197,9 @@ class _GatedClosureQueue:
         # An exception here would kill the coordinator's worker thread and hang training.
         seen, live, refreshed = live, None, False
         try:
-            refreshed = self._strategy.refresh_rule(wait=wait)
+            refreshed = self._loop.refresh(wait=wait)
             if refreshed:
                 live = seen  # the live set this refresh has seen
-        except _StrategyGone:
-            raise
         except ClusterUnavailable:
             pass  # being rebuilt (a later refresh reads) or shutting down: no call now
         except Exception as e:  # pylint: disable=broad-except
@@ -197,10 +211,10 @@ class _GatedClosureQueue:
                 logging.warning("ksync: could not refresh the synchronisation rule "
                                 "(%s: %s); keeping %s", type(e).__name__,
                                 str(e).splitlines()[0] if str(e) else "",
-                                self._strategy.rule.describe())
+                                self._loop.rule.describe())
             else:
                 logging.exception("ksync: could not refresh the synchronisation rule; "
-                                  "keeping %s", self._strategy.rule.describe())
+                                  "keeping %s", self._loop.rule.describe())
         with self._changed:
             # A new rule (e.g. K lowered to the live workers) may open the gate.
             self._clock.refreshed(live, now=time.monotonic())
@@ -221,7 +235,7 @@ class _GatedClosureQueue:
                 with self._changed:
                     started, refreshes = self._generation, self._refreshes
                 pushes = self._cache.begin_read()
-                gate = self._strategy.gate_state()
+                gate = self._loop.gate_state()
                 self.reads["gate"] += 1
                 self._cache.record_read(started, pushes, gate, time.monotonic(), refreshes)
             return self._cache.snapshot.gate
@@ -233,16 +247,14 @@ class _GatedClosureQueue:
 
     def _surely_waits(self, worker) -> bool:
         """`GateCache.surely_waits` under the rule the chief runs."""
-        k = self._strategy.rule.k
+        k = self._loop.rule.k
         with self._snapshot_lock:
             return self._cache.surely_waits(worker, k)
 
     def _counted_free(self, worker) -> bool:
         """`GateCache.counted_free` under the rule the chief runs."""
-        strategy = self._strategy
-        rule = strategy.rule
-        coordinator = getattr(strategy, "coordinator", None)
-        live = None if coordinator is None else len(coordinator.live_workers())
+        rule = self._loop.rule
+        live = len(self._loop.live_workers())
         with self._snapshot_lock:
             with self._changed:
                 generation, refreshes = self._generation, self._refreshes
@@ -254,7 +266,7 @@ class _GatedClosureQueue:
         queue = self._queue
         if not queue._should_process_closures or not queue._tagged_queue[worker].empty():
             return True  # stopping, or a per-worker resource closure (e.g. an iterator)
-        if not self._strategy.rule.wait:
+        if not self._loop.rule.wait:
             return True
         if not read:
             if self._surely_waits(worker):
@@ -283,31 +295,37 @@ class _GatedClosureQueue:
         return UpdateState.gate_opens(
             wait=True, k=int(gate["k"]), version=int(gate["version"]),
             pending=int(gate["pending"]), joined=int(gate["contributed"][worker]),
-            commits_in_graph=lambda: self._strategy.rule_capped_for_work() or any(
+            commits_in_graph=lambda: self._loop.rule_capped_for_work() or any(
                 self.may_wait_in_graph(w) for w in self.running_workers()))
 
     def get(self, timeout=None, tag=None):
         if tag is not None:
-            try:
+            self._thread_tags[threading.get_ident()] = tag
+            # Before any step was scheduled nobody has pushed, so no round can hold
+            # this worker's gradient: it goes on as under the stock strategy, with no
+            # read of the PS; its call counts on the refresh clock, and a refresh that
+            # makes due waits for the first step scheduled (`put`). A coordinator made
+            # and dropped unused (TensorFlow's testClusterCoordinatorDestroyed) then
+            # has threads as quiet as the stock ones. Work in them as it was dropped
+            # could keep it alive past the user's `gc.collect()`: a collection their
+            # allocations set off, still running in that thread, makes the user's
+            # return at once.
+            if self._steps_scheduled:
                 self._wait_at_gate(tag)
-            except _StrategyGone:
-                pass  # no gate without a strategy: the stock queue answers
+            else:
+                self._step_finished(defer=True)
         closure = self._queue.get(timeout=timeout, tag=tag)
         if tag is not None and closure is not None and not isinstance(
                 closure, ResourceClosure):
             self._timing.start(tag, time.monotonic(), closure)
-            try:
-                if self._strategy.rule_capped_for_work():
-                    # K was lowered because the other workers had no steps left; steps
-                    # arrive again, so K goes back up before this one pushes.
-                    self._refresh(wait=True)
-            except _StrategyGone:
-                pass
+            if self._loop.rule_capped_for_work():
+                # K was lowered because the other workers had no steps left; steps
+                # arrive again, so K goes back up before this one pushes.
+                self._refresh(wait=True)
         return closure
 
     def _wait_at_gate(self, tag):
         """Returns once worker ``tag`` may take its next step (`_may_start`)."""
-        self._thread_tags[threading.get_ident()] = tag
         self._step_finished()
         notified = True
         while True:
@@ -337,7 +355,7 @@ class _GatedClosureQueue:
 
     def monitor(self):
         """One monitor tick: refresh the rule while steps run (see the module doc)."""
-        if self._strategy.waits_in_graph and (self._timing.running() or self.has_queued()):
+        if self._loop.waits_in_graph and (self._timing.running() or self.has_queued()):
             self._refresh(quiet=True)
 
 
@@ -347,10 +365,7 @@ def _monitor(queue_ref):
         queue = queue_ref()
         if queue is None or not queue._queue._should_process_closures:
             return
-        try:
-            queue.monitor()
-        except _StrategyGone:
-            return
+        queue.monitor()
         del queue
 
 
@@ -361,23 +376,19 @@ class KSyncCoordinator(ClusterCoordinator):
         initialised = getattr(self, "_has_initialized", False)
         super().__init__(strategy)
         if not initialised:
-            queue = _GatedClosureQueue(self._cluster.closure_queue, strategy,
-                                       len(self._cluster.workers))
-            self._cluster.closure_queue = queue
-            if strategy.needs_monitor:
-                threading.Thread(target=_monitor, args=(weakref.ref(queue),),
-                                 name="ksync-monitor", daemon=True).start()
+            # Everything the threads below use (see the module doc).
+            self._loop = loop = strategy.rule_loop
+            loop.attach(self._cluster)
+            self._cluster.closure_queue = _GatedClosureQueue(
+                self._cluster.closure_queue, loop, len(self._cluster.workers))
 
     def worker_busy(self):
-        """(seconds each worker spent executing steps, steps each executed)."""
-        timing = self._cluster.closure_queue._timing
-        return list(timing.busy_s), list(timing.steps)
+        """`RuleLoop.worker_busy`."""
+        return self._loop.worker_busy()
 
     def iteration_times(self):
-        """(median seconds of each worker's last steps, seconds its running step has
-        taken so far); None where a worker has no finished or no running step."""
-        queue = self._cluster.closure_queue
-        return queue._timing.usual(), queue.in_flight_s()
+        """`RuleLoop.iteration_times`."""
+        return self._loop.iteration_times()
 
     def chief_reads(self) -> dict:
         """Reads of the PS the chief made so far besides the steps, by purpose: "gate"
@@ -390,13 +401,8 @@ class KSyncCoordinator(ClusterCoordinator):
         return self._cluster.closure_queue._timing.retried
 
     def workers_with_work(self):
-        """Live workers that can still push in the current round: all of them while
-        steps are queued, else those running a step (None: steps are queued)."""
-        queue = self._cluster.closure_queue
-        if queue.has_queued():
-            return None
-        running = queue.running_workers()
-        return [w for w in self.live_workers() if w in running]
+        """`RuleLoop.workers_with_work`."""
+        return self._loop.workers_with_work()
 
     def may_wait_in_graph(self, worker) -> bool:
         """Whether ``worker`` runs a step that may wait in the graph for its round
@@ -404,5 +410,5 @@ class KSyncCoordinator(ClusterCoordinator):
         return self._cluster.closure_queue.may_wait_in_graph(worker)
 
     def live_workers(self):
-        """Indices of workers with no unrecovered failure."""
-        return [w.worker_index for w in self._cluster.workers if not w._is_dead_with_error]
+        """`RuleLoop.live_workers`."""
+        return self._loop.live_workers()

@@ -60,17 +60,16 @@ import tf_keras
 
 import ksync
 from ksync import lr_scaling as lr_scaling_rules
-from strategies.ps_lr_scaling import describe as describe_lr_scaling
 from strategies.ps_state import Extras, PSUpdateState
 from predictor.schedule import AllocationSchedule
 from strategies import keras3
 from strategies.allocation import BatchAllocation
-from strategies.cluster_guard import ClusterGuard
 from strategies import compat
 from strategies.compat import (ControlFlowFuncGraph, ParameterServerStrategyV2,
                                ParameterServerStrategyV2Extended, ShardedVariable,
                                WhileBodyFuncGraph)
 from strategies.coordinator import KSyncCoordinator
+from strategies.rule_loop import RuleLoop
 from strategies.lr_scope import (check_scalable, current_learning_rate, family,
                                  optimizer_of, scaled_arguments, scaled_update)
 from strategies.telemetry import build_telemetry
@@ -287,29 +286,23 @@ class KSyncStrategy(ParameterServerStrategyV2):
         self._state = PSUpdateState(num_workers, rule, device="/job:ps/replica:0/task:0",
                                     lr_scaling=mode, base_batch=base_batch)
         self._lr_optimizer = None  # weak reference to the optimizer the commits scale
-        self._lr_last = None       # the PS's scaling state at the last read
-        self._ps_rule = rule  # the rule last written to the PS
         # Adaptive rules may reach K = 1 later, so only static K = 1 takes the short path.
         static = type(policy).observe is ksync.Policy.observe
         self._direct = rule.k == 1 and static
-        # Whether a worker may ever have to wait for the round it joined.
-        self._may_wait = rule.wait or not static
         # graph -> (worker, updates, extras) of its last push whose round nothing waits
         # for yet
         self._unwaited = weakref.WeakKeyDictionary()
-        # function graph traced through run() -> pushes one call makes (None: no
-        # fixed count)
-        self._pushes_traced = weakref.WeakKeyDictionary()
-        #: held while the rule changes; hold it to read or restore a consistent state.
-        self.rule_lock = threading.Lock()
-        self._waits_in_graph = False  # a traced step waits for its round in the graph
-        self._loss = None  # latest finite training loss reported (see report_loss)
-        self._allocation = None  # before the coordinator: its threads read it at once
+        #: what the coordinator's threads use: the refresh, the gate's reads (they must
+        #: not hold the strategy, `strategies.rule_loop`). ``may_wait``: whether a worker
+        #: may ever have to wait for the round it joined.
+        self.rule_loop = RuleLoop(controller, self._state, may_wait=rule.wait or not static)
+        self._allocation = None
         self.coordinator = KSyncCoordinator(self)
         #: every remote call of the chief outside a step goes through it.
-        self.guard = ClusterGuard(self.coordinator._cluster)  # pylint: disable=protected-access
+        self.guard = self.rule_loop.guard
         if schedule is not None:
             self._allocation = BatchAllocation(self, controller.sizes)
+            self.rule_loop.allocate_with(self._allocation)
         self._ps_addresses = list(jobs["ps"])
         _LIVE.add(self)
 
@@ -355,7 +348,8 @@ class KSyncStrategy(ParameterServerStrategyV2):
         before = self._unwaited.pop(graph, None)
         before = [state.wait_turn(*before[:2], extras=before[2])] if before else []
         function_graph = _function_graph(graph)
-        self._pushes_traced.setdefault(function_graph, 0)
+        loop = self.rule_loop
+        loop.pushes_traced.setdefault(function_graph, 0)
         marks = {}
 
         def timed_fn(*a, **kw):
@@ -381,10 +375,10 @@ class KSyncStrategy(ParameterServerStrategyV2):
             worker = _current_worker()
             pushed = state.push(updates, marks["version"], _batch_size(args, kwargs),
                                 elapsed, worker, direct=self._direct, extras=extras)
-            once = graph is function_graph and self._pushes_traced[function_graph] == 0
-            self._pushes_traced[function_graph] = 1 if once else None
-            if self._may_wait:
-                self._waits_in_graph = True
+            once = graph is function_graph and loop.pushes_traced[function_graph] == 0
+            loop.pushes_traced[function_graph] = 1 if once else None
+            if loop.may_wait:
+                loop.waits_in_graph = True
                 if _inside_loop(graph):
                     # steps_per_execution > 1 or a user's tf.while_loop: the next
                     # iteration is the next step, so the wait goes right after the push.
@@ -407,28 +401,19 @@ class KSyncStrategy(ParameterServerStrategyV2):
         "K=2 async, drop beyond staleness 3 since version 40: 1 of 3 measured workers
         slower than 1.3x the fastest (...)"."""
         line = self.controller.explain()
-        return line if self._lr_last is None else f"{line}; {self._lr_line()}"
+        return line if self.rule_loop.lr_last is None else f"{line}; {self._lr_line()}"
 
     @property
     def rule(self) -> ksync.Rule:
         """The rule the PS runs now."""
         return self.controller.rule
 
-    def _live_workers(self):
-        return self.coordinator.live_workers()
-
-    @property
-    def needs_monitor(self) -> bool:
-        """Whether the coordinator may have to refresh the rule while every worker is
-        inside a scheduled function (see `waits_in_graph`)."""
-        return self._may_wait
-
     @property
     def waits_in_graph(self) -> bool:
         """Whether a traced step waits in the graph for the round it joined (several
         steps per scheduled function): then only the coordinator's monitor sees a
         worker die or stall, or the others run out of steps."""
-        return self._waits_in_graph
+        return self.rule_loop.waits_in_graph
 
     def report_loss(self, value) -> None:
         """Tell the controller the current training loss (policies that follow the loss,
@@ -452,11 +437,11 @@ class KSyncStrategy(ParameterServerStrategyV2):
             raise TypeError(f"report_loss takes a number (the training loss), got "
                             f"{type(value).__name__}.") from None
         if value == value and value not in (float("inf"), float("-inf")):
-            self._loss = value
+            self.rule_loop.loss = value
 
     def rule_capped_for_work(self) -> bool:
-        """Whether K is lowered now because other workers had no steps left."""
-        return self.controller.capped_for_work
+        """`strategies.rule_loop.RuleLoop.rule_capped_for_work`."""
+        return self.rule_loop.rule_capped_for_work()
 
     def refresh_rule(self, wait: bool = False) -> bool:
         """Measure, let the controller decide (`ksync.RuleController.refresh`: the
@@ -474,61 +459,17 @@ class KSyncStrategy(ParameterServerStrategyV2):
         it instead). Raises `strategies.cluster_guard.ClusterUnavailable` while
         TensorFlow rebuilds the cluster after a worker failure (no remote call then)
         or after it stopped."""
-        if not self.rule_lock.acquire(blocking=wait):
-            return False
-        try:
-            counters = self.guard.call(self._state.counters)
-            self._lr_seen(counters)
-            busy, _ = self.coordinator.worker_busy()
-            usual, running = self.coordinator.iteration_times()
-            decision = self.controller.refresh(ksync.Measurement(
-                version=counters["version"], live_workers=tuple(self._live_workers()),
-                iteration_times=tuple(usual), running_times=tuple(running),
-                staleness_hist=tuple(counters["staleness_hist"].sum(axis=0)),
-                worker_samples=tuple(counters["worker_samples"]), busy_s=tuple(busy),
-                worker_pushes=tuple(counters["staleness_hist"].sum(axis=1)),
-                noise_sums=tuple(counters["noise_sums"]),
-                blocked_workers=self._blocked_workers(counters), loss=self._loss))
-            # Compared with what the PS runs, not with the last decision: a rule the
-            # controller chose while the PS could not be written (the cluster being
-            # rebuilt) is written by the next refresh.
-            if decision.rule != self._ps_rule:
-                self.guard.call(self._state.set_rule, decision.rule)
-                self._ps_rule = decision.rule
-            if self._allocation is not None:
-                # The controller's sizes, new or not: they also reach a worker whose
-                # copy is new, and sizes restored from a checkpoint.
-                self.guard.call(self._allocation.set_sizes, self.controller.sizes)
-            return True
-        finally:
-            self.rule_lock.release()
+        return self.rule_loop.refresh(wait)
+
+    @property
+    def rule_lock(self) -> threading.Lock:
+        """Held while the rule changes; hold it to read or restore a consistent state."""
+        return self.rule_loop.rule_lock
 
     def rule_restored(self) -> None:
         """The PS's copy of the rule and the controller's were restored together (a
         checkpoint): the PS runs the controller's rule."""
-        self._ps_rule = self.controller.rule
-
-    def _blocked_workers(self, counters):
-        """The workers with steps left, when every one of them has joined the current
-        round and some wait in the graph for a round that nobody else can complete
-        (else None).
-
-        A worker running a step of one push (``steps_per_execution=1``) does not wait
-        in its graph: once it has pushed, it finishes the step and waits at the
-        coordinator's gate, so nothing is blocked and K stays. No step queued is then
-        no sign that the others have no work left (under load the chief schedules
-        steps more slowly than workers finish them), and lowering K would let that
-        worker through the gate into the round it already joined."""
-        if not self._waits_in_graph:
-            return None
-        coordinator = self.coordinator
-        with_work = coordinator.workers_with_work()
-        version = counters["version"]
-        if not with_work or any(counters["contributed"][w] != version for w in with_work):
-            return None
-        if not any(coordinator.may_wait_in_graph(w) for w in with_work):
-            return None
-        return tuple(with_work)
+        self.rule_loop.ps_rule = self.controller.rule
 
     # -- state for checkpoints and shutdown --------------------------------------------
     def checkpoint_objects(self, model) -> dict:
@@ -556,19 +497,12 @@ class KSyncStrategy(ParameterServerStrategyV2):
         self.coordinator._cluster.stop()  # pylint: disable=protected-access
 
     def gate_state(self) -> dict:
-        """What the coordinator's gate needs, read from the PS
-        (`PSUpdateState.gate_state`)."""
-        return self.guard.call(self._state.gate_state)
+        """`strategies.rule_loop.RuleLoop.gate_state`."""
+        return self.rule_loop.gate_state()
 
     def pushes_per_call(self, closure) -> int | None:
-        """Gradients one run of a scheduled closure pushes: 0 or 1 when its function
-        was traced here with no push or one push outside any loop or branch, else None
-        (not known: several steps per function, a nested tf.function, a plain Python
-        function)."""
-        function = getattr(closure, "_concrete_function", None)
-        if function is None:
-            return None
-        return self._pushes_traced.get(function.graph)
+        """`strategies.rule_loop.RuleLoop.pushes_per_call`."""
+        return self.rule_loop.pushes_per_call(closure)
 
     def telemetry(self) -> dict:
         """Counters, per-worker speed, staleness and batch size, the policy's rule over
@@ -585,16 +519,6 @@ class KSyncStrategy(ParameterServerStrategyV2):
         return telemetry
 
     # -- learning-rate scaling ------------------------------------------------------------
-    def _lr_seen(self, counters) -> None:
-        """Keep the PS's scaling state of a read of its counters (for `explain`), and
-        give the controller the base batch once the PS knows it."""
-        if counters.get("lr_scaling") is None:
-            return
-        self._lr_last = describe_lr_scaling(counters["lr_scaling"])
-        self._lr_last["updates"] = counters["version"]
-        if self.controller.base_batch is None and self._lr_last["base_batch"]:
-            self.controller.base_batch = self._lr_last["base_batch"]
-
     def _lr_telemetry(self, counters) -> dict:
         """``telemetry()["lr_scaling"]``: the mode, the last commit's gain, the progress
         in base steps (the applied gains' sum; the updates without scaling), and with
@@ -602,8 +526,8 @@ class KSyncStrategy(ParameterServerStrategyV2):
         and the optimizer's learning rate as given and as the last commit applied it."""
         if self.lr_scaling is None:
             return {"mode": None, "gain": 1.0, "progress": float(counters["version"])}
-        self._lr_seen(counters)
-        info = dict(self._lr_last, mode=self.lr_scaling)
+        self.rule_loop.lr_seen(counters)
+        info = dict(self.rule_loop.lr_last, mode=self.lr_scaling)
         optimizer = self._lr_optimizer() if self._lr_optimizer is not None else None
         if optimizer is not None:
             rate = self.guard.call(current_learning_rate, optimizer, wait=True)
@@ -613,7 +537,7 @@ class KSyncStrategy(ParameterServerStrategyV2):
         return info
 
     def _lr_line(self) -> str:
-        lr = self._lr_last
+        lr = self.rule_loop.lr_last
         noise = "" if lr["noise_scale"] is None else f", noise scale {lr['noise_scale']:.0f}"
         warmup = f", warm-up {lr['warmup']:.2f}" if self.lr_scaling == "adascale" else ""
         return (f"lr scaling {self.lr_scaling}: gain {lr['gain']:.2f} at the last commit"

@@ -23,7 +23,7 @@ from strategies import cluster_guard, coordinator
 from strategies.cluster_guard import ClusterGuard
 from strategies.coordinator import KSyncCoordinator, _GatedClosureQueue
 from strategies.gate_cache import COUNTED_ROUNDS
-from strategies.ksync_strategy import KSyncStrategy
+from strategies.rule_loop import RuleLoop
 
 N = 3
 BINS = 17
@@ -50,6 +50,9 @@ class TFClosureQueue:
             return self._queue.get(timeout=10 if timeout is None else timeout)
         except queue.Empty:
             return None
+
+    def put(self, closure, tag=None):
+        (self._queue if tag is None else self._tagged_queue[tag]).put(closure)
 
     def mark_finished(self):
         pass
@@ -88,28 +91,24 @@ class PS:
         self.ref.set_rule(rule)
 
 
-class Strategy:
-    """`KSyncStrategy`'s refresh and gate methods over a fake PS and coordinator."""
+class Loop(RuleLoop):
+    """`RuleLoop` over a fake PS; a step's pushes are what its `Closure` says."""
 
-    refresh_rule = KSyncStrategy.refresh_rule
-    _lr_seen = KSyncStrategy._lr_seen
-    gate_state = KSyncStrategy.gate_state
-    _blocked_workers = KSyncStrategy._blocked_workers
-    rule_capped_for_work = KSyncStrategy.rule_capped_for_work
-    _live_workers = KSyncStrategy._live_workers
-    rule = KSyncStrategy.rule
-    refresh_every = KSyncStrategy.refresh_every
+    def pushes_per_call(self, closure):
+        return closure.pushes
+
+
+class Strategy:
+    """What the gate uses of a `KSyncStrategy` (its `RuleLoop`) over a fake PS and
+    coordinator."""
 
     def __init__(self, policy):
         self.controller = ksync.RuleController(policy, N)
         self._state = PS(self.controller.rule)
-        self.rule_lock = threading.Lock()
-        self._waits_in_graph = True  # as after the first push traced under a waiting rule
-        self._loss = None
-        self._allocation = None
+        # No monitor thread: the tests call `_refresh` where the monitor would.
+        self.loop = Loop(self.controller, self._state, may_wait=False)
+        self.loop.waits_in_graph = True  # as after a first push traced under a waiting rule
         self.tf_queue = TFClosureQueue()
-        self.queue = _GatedClosureQueue(self.tf_queue, self, N)
-        self._ps_rule = self.controller.rule
         coordinator = object.__new__(KSyncCoordinator)  # no cluster to connect to
         # What the guard uses of TensorFlow's failure handler: its update lock, the
         # event set while a rebuild of the cluster is due, its run flag and the server
@@ -121,15 +120,23 @@ class Strategy:
             _worker_up_cond=threading.Condition(lock), _should_preemption_thread_run=True,
             _server_def=cluster_guard.connected_server_def())
         coordinator._cluster = types.SimpleNamespace(
-            closure_queue=self.queue, stop=lambda: None,
+            closure_queue=self.tf_queue, stop=lambda: None,
             failure_handler=self.failure_handler,
             workers=[types.SimpleNamespace(worker_index=w, _is_dead_with_error=False)
                      for w in range(N)])
+        coordinator._loop = self.loop
+        self.loop.attach(coordinator._cluster)
+        self.queue = _GatedClosureQueue(self.tf_queue, self.loop, N)
+        coordinator._cluster.closure_queue = self.queue
         self.coordinator = coordinator
-        self.guard = ClusterGuard(coordinator._cluster)
+        self.guard = self.loop.guard
 
-    def pushes_per_call(self, closure):
-        return closure.pushes
+    @property
+    def rule(self):
+        return self.loop.rule
+
+    def rule_capped_for_work(self):
+        return self.loop.rule_capped_for_work()
 
 
 class Chief:
@@ -145,7 +152,7 @@ class Chief:
 
     def schedule(self, *closures):
         for closure in closures:
-            self.strategy.tf_queue._queue.put(closure)
+            self.queue.put(closure)  # through the gated queue, as `schedule` does
 
     def take(self, worker):
         """The worker's thread asks for its next step (through the gate)."""
@@ -534,28 +541,21 @@ def test_no_call_once_another_strategy_connected_the_process(chief, monkeypatch)
     assert calls == [] and c.queue.reads == reads
 
 
-def test_the_queue_does_not_keep_a_dropped_strategy_alive():
-    """TensorFlow's worker threads hold the cluster and so the gated queue; as the stock
-    cluster, the queue must not keep the strategy (and its coordinator, whose
-    destructor stops those threads) alive. Once it is gone, the gate lets steps through
-    to the stock queue and ends its own bookkeeping quietly."""
-    import gc
-    import weakref
-
-    strategy = Strategy(ksync.BSP())
-    gated, stock = strategy.queue, strategy.tf_queue
-    start = Closure()
-    stock._queue.put(start)
-    assert gated.get(tag=0) is start  # through the gate
-    ref = weakref.ref(strategy)
-    del strategy
-    gc.collect()
-    assert ref() is None
-    gated.mark_finished()  # the step ends after its strategy went: no error
+def test_a_stopped_queue_lets_steps_through_and_ends_the_monitor(chief):
+    """Dropping the coordinator stops TensorFlow's queue (`ClusterCoordinator.__del__`):
+    from then on the gate lets every step through to the stock queue, whatever the
+    rule says, and the monitor thread ends at its next tick."""
+    c = chief()
+    start_round(c, 0)
+    c.push_and_finish(0)  # worker 0 joined the open round of BSP: it would wait
+    c.strategy.tf_queue._should_process_closures = False
     nxt = Closure()
-    stock._queue.put(nxt)
-    assert gated.get(tag=0) is nxt  # no gate any more
-    coordinator._monitor(weakref.ref(gated))  # returns at once
+    c.schedule(nxt)
+    c.take(0)
+    assert c.took(0) is nxt
+    started = time.monotonic()
+    coordinator._monitor(weakref.ref(c.queue))  # returns at its first tick
+    assert time.monotonic() - started < 5.0
 
 
 def test_a_step_left_behind_does_not_keep_its_function_alive(chief):
@@ -646,3 +646,21 @@ def test_the_coordinator_refreshes_when_the_controllers_clock_says(chief):
     c.took(0)
     c.push_and_finish(0)
     assert refreshes() == 2 and c.strategy.rule.k == 2
+
+
+def test_no_read_nor_refresh_before_a_step_is_scheduled(chief):
+    """A worker thread asks for a step as soon as the coordinator exists; until a step is
+    scheduled nobody has pushed, so the gate neither reads the PS nor refreshes the rule
+    (the stock threads do nothing then either: a coordinator dropped unused must not be
+    busy). The first step scheduled turns the gate on."""
+    c = chief()
+    assert c.queue.get(timeout=0.01, tag=0) is None  # nothing queued: the stock answer
+    assert c.queue.reads == {"gate": 0, "refresh": 0}
+    start_round(c, 0, 1, 2)
+    c.push_and_finish(0)
+    c.take(0)  # worker 0 joined the open BSP round: the gate holds it
+    for w in (1, 2):
+        c.push_and_finish(w)
+    c.schedule(Closure())
+    c.took(0)
+    assert c.queue.reads["gate"] >= 1  # the gate read the PS to let it through

@@ -6,8 +6,12 @@ failed test left paused or dead.
 """
 
 import gc
+import os
+import subprocess
+import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -351,3 +355,66 @@ def test_restoring_into_a_different_model_or_policy_says_what_to_do(cluster, tmp
     with pytest.raises(ValueError, match="use the same policy"):
         KSyncCheckpoint(*build(cluster, ksync.ASP()), tmp_path).restore()
     assert KSyncCheckpoint(*build(cluster, ksync.BSP()), tmp_path).restore() == 1
+
+
+def test_a_dropped_coordinator_stops_even_while_its_thread_reads_a_hung_ps(healthy,
+                                                                          record_property):
+    """As under the stock strategy, dropping the strategy and its coordinator and
+    collecting once frees them, and the coordinator's destructor stops every thread it
+    started (TensorFlow's testClusterCoordinatorDestroyed), even while one of ksync's
+    coordinator threads is inside a read of the PS: here a refresh of the rule (what a
+    worker thread or the monitor runs, `_GatedClosureQueue._refresh`) blocked on a
+    paused PS. A thread holding the strategy then kept the two alive past the collection,
+    and their threads running, until a later full collection (`strategies.rule_loop`)."""
+    before = set(threading.enumerate())
+    strategy = KSyncStrategy(healthy.resolver(), policy=ksync.BSP())
+    coordinator = strategy.coordinator
+    for _ in range(2 * NUM_WORKERS):  # steps through the gate; the first starts the monitor
+        coordinator.schedule(tf.function(lambda: tf.constant(1.0)))
+    coordinator.join()
+    del coordinator
+    started = set(threading.enumerate()) - before
+    assert any(t.name == "ksync-monitor" for t in started)
+    assert any(t.name.startswith("WorkerClosureProcessingLoop") for t in started)
+    queue = strategy.coordinator._cluster.closure_queue
+    rule_lock = strategy.rule_lock
+    # Once with the PS up: the first call of a function registers it on the PS while
+    # holding the interpreter's lock, which a paused PS would never release.
+    assert strategy.telemetry()["pushed"] == 0  # reads the PS's counters
+    # While the PS is paused, releasing a function on it (garbage of earlier tests)
+    # blocks holding the interpreter's lock: collect before, none but ours during, and
+    # resume it from another process.
+    group = os.getpgid(healthy._procs[("ps", 0)].pid)
+    gc.collect()
+    gc.disable()
+    healthy.pause("ps", 0)
+    try:
+        reader = threading.Thread(target=queue._refresh, kwargs={"wait": True}, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 10.0
+        while not rule_lock.locked() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rule_lock.locked(), "the refresh did not start"
+        time.sleep(0.2)  # well inside the read of the paused PS
+        assert reader.is_alive()
+        strategy_ref = weakref.ref(strategy)
+        coordinator_ref = weakref.ref(strategy.coordinator)
+        del strategy
+        # The destructor stops the cluster, which waits for the read in flight (it holds
+        # TensorFlow's cluster update lock): the PS resumes 2 s from now.
+        resumer = subprocess.Popen([sys.executable, "-c", "import os, signal, time; "
+                                    f"time.sleep(2); os.killpg({group}, signal.SIGCONT)"])
+        gc.collect()
+        assert strategy_ref() is None and coordinator_ref() is None
+        t0 = time.monotonic()
+        while any(t.is_alive() for t in started) and time.monotonic() - t0 < 10.0:
+            time.sleep(0.05)
+        alive = sorted(t.name for t in started if t.is_alive())
+        assert not alive, f"still running 10 s after the coordinator was collected: {alive}"
+        record_property("threads_stopped_s", round(time.monotonic() - t0, 2))
+        reader.join(10.0)
+        assert not reader.is_alive()
+        assert resumer.wait(10) == 0
+    finally:
+        gc.enable()
+        healthy.resume("ps", 0)
