@@ -37,17 +37,37 @@ __all__ = ["FAMILIES", "ORDER", "MOMENTA", "BASE_ONLY", "BenchArm", "matrix_spec
            "parse_families", "pinned_values", "parse_lr_grid", "lr_values", "bench_arms",
            "best_settings", "oracle_choices", "baseline_label", "grid_edges",
            "oracle_settings", "tuned_from", "check_arms", "coarse_arms", "refined_arms",
-           "tuned_arms", "tuning_choices", "scenario_base", "scenario_arms"]
+           "tuned_arms", "tuning_choices", "past_edge_arms", "PAST_EDGE_STEPS",
+           "scenario_base", "scenario_arms"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """A rule with a parameter grid: ``grid(num_workers)`` gives its values."""
+    """A rule with a parameter grid: ``grid(num_workers)`` gives its values, ``least``
+    its smallest meaningful value, ``below_n`` whether a value must stay under the
+    number of workers (k = N is BSP, an arm of its own)."""
 
     grid: object  # num_workers -> tuple of values
+    least: int = 1
+    below_n: bool = False
 
     def values(self, n: int) -> tuple:
         return tuple(sorted({int(v) for v in self.grid(n) if v >= 1}))
+
+    def past(self, value: int, n: int, upward: bool) -> int | None:
+        """The value one step past ``value`` (twice or half it; under ``below_n`` half
+        way to n), None where the rule has no such value.
+
+        >>> FAMILIES["ksync"].past(48, 64, True), FAMILIES["ksync"].past(2, 64, False)
+        (56, None)
+        """
+        if upward:
+            step = (value + n) // 2 if self.below_n and 2 * value >= n else 2 * value
+            ok = step > value and (not self.below_n or step < n)
+        else:
+            step = value // 2
+            ok = self.least <= step < value
+        return step if ok else None
 
 
 def _fractions(n, *fs, below=None, least=1):
@@ -61,9 +81,9 @@ def _fractions(n, *fs, below=None, least=1):
 FAMILIES = {
     "ssp": Family(lambda n: (1, 2, 4, 8)),
     # k = 1 is ASP and k = N BSP (arms of their own).
-    "ksync": Family(lambda n: _fractions(n, .25, .5, .75, below=n, least=2)),
-    "kasync": Family(lambda n: _fractions(n, .25, .5, .75, below=n, least=2)),
-    "backup": Family(lambda n: _fractions(n, 1 / 8, .25, below=n)),
+    "ksync": Family(lambda n: _fractions(n, .25, .5, .75, below=n, least=2), 2, True),
+    "kasync": Family(lambda n: _fractions(n, .25, .5, .75, below=n, least=2), 2, True),
+    "backup": Family(lambda n: _fractions(n, 1 / 8, .25, below=n), 1, True),
     "rennala": Family(lambda n: _fractions(n, .5, 1, 2)),
     "ringmaster": Family(lambda n: _fractions(n, .5, 1, 2)),
     # The switch point in updates: an eighth, a quarter and a half of the ~1,100 BSP
@@ -322,11 +342,55 @@ def tuned_arms(arms) -> list:
         b.family == a.family and not b.linear for b in arms) > 1]
 
 
-def tuning_choices(results, arms, seeds, base: LearningRate | None = None) -> dict:
+#: How many times a pruned tuning steps past the edge of a rule's grid its choice sits
+#: at (stage 3): a best setting at an edge may not be the best.
+PAST_EDGE_STEPS = 3
+
+
+def past_edge_arms(pool, label, num_workers: int, base: LearningRate) -> list:
+    """Stage 3: the arms one step past each edge of its rule's grid (its arms in
+    ``pool``) that the arm ``label`` sits at (`grid_edges`): a factor 2 further in
+    learning rate at its value and momentum; the next value (`Family.past`) at its
+    learning rate and the two a factor 2 either side. Arms ``pool`` has are left out.
+
+    >>> base = LearningRate(0.02, momentum=0.9)
+    >>> arms = bench_arms(["asp"], 8, base=base, lr_grid="auto")
+    >>> [a.arm.label for a in past_edge_arms(arms, "ASP @lr=0.0025", 8, base)]
+    ['ASP @lr=0.00125']
+    >>> arms = bench_arms(["ksync"], 8, base=base, lr_grid=(0.01, 0.02, 0.04))
+    >>> [a.arm.label for a in past_edge_arms(arms, "KSync(k=6) @lr=0.02", 8, base)]
+    ['KSync(k=7) @lr=0.01', 'KSync(k=7) @lr=0.02', 'KSync(k=7) @lr=0.04']
+    """
+    best = next(a for a in pool if a.arm.label == label)
+    spec = best.spec or ArmSpec(best.family, best.value)
+    specs = []
+    for edge in grid_edges(pool, label):
+        what, side = edge.split()
+        if what == "lr" and isinstance(spec.lr, float):
+            factor = 2.0 if side == "highest" else 0.5
+            specs.append(dataclasses.replace(spec, lr=round(spec.lr * factor, 12)))
+        elif what == "value" and best.family in FAMILIES:
+            value = FAMILIES[best.family].past(best.value, num_workers, side == "highest")
+            rates = ([round(spec.lr * f, 12) for f in (0.5, 1.0, 2.0)]
+                     if isinstance(spec.lr, float) else [spec.lr])
+            specs += [dataclasses.replace(spec, value=value, lr=r) for r in rates
+                      if value is not None]
+    have = {a.arm.label for a in pool}
+    # batch_size serves linear-scaling arms only, which a tuning never chooses.
+    made = [BenchArm(best.family, s.arm(num_workers, base, batch_size=0), s.value, s)
+            for s in specs]
+    return [a for a in {a.arm.label: a for a in made}.values() if a.arm.label not in have]
+
+
+def tuning_choices(results, arms, seeds, base: LearningRate | None = None,
+                   num_workers: int | None = None, run=None) -> tuple[dict, list]:
     """Each rule's chosen label among ``arms`` (`tuned_arms`) from the tuning runs
-    ``results`` on ``seeds``: the best over all of them, or with ``base`` (a pruned
-    tuning, ``--tune-stages``) the best of `refined_arms` around each rule's choice
-    among `coarse_arms` on the first seed. What the tables recompute from a store.
+    ``results`` on ``seeds``, and the arms it chose among: the best over all of them, or
+    with ``base`` (a pruned tuning, ``--tune-stages``) the best of `refined_arms` around
+    each rule's choice among `coarse_arms` on the first seed, then up to
+    `PAST_EDGE_STEPS` times the best with `past_edge_arms` added where a choice sits at
+    an edge (those that ran: ``run(arms)`` runs them on ``seeds`` and returns their
+    results). What the bench chooses, and the tables recompute from a store.
 
     >>> base = LearningRate(0.02, momentum=0.9)
     >>> arms = bench_arms(["asp"], 8, base=base, lr_grid="auto")
@@ -334,16 +398,32 @@ def tuning_choices(results, arms, seeds, base: LearningRate | None = None) -> di
     ...         {"policy": "ASP @lr=0.02", "seed": 100, "tta_s": 12.0},
     ...         {"policy": "ASP @lr=0.0025", "seed": 100, "tta_s": 8.0},
     ...         {"policy": "ASP @lr=0.02", "seed": 101, "tta_s": 1.0}]
-    >>> tuning_choices(runs, arms, [100], base), tuning_choices(runs, arms, [100, 101])
+    >>> tuning_choices(runs, arms, [100], base, 8)[0], tuning_choices(runs, arms, [100, 101])[0]
     ({'asp': 'ASP @lr=0.0025'}, {'asp': 'ASP @lr=0.02'})
+    >>> runs.append({"policy": "ASP @lr=0.00125", "seed": 100, "tta_s": 7.0})
+    >>> tuning_choices(runs, arms, [100], base, 8)[0]
+    {'asp': 'ASP @lr=0.00125'}
     """
     # Every rule of `tuned_arms` is chosen for, however few of its arms a stage holds.
     chosen = tuned_arms(arms)
-    if base is not None:
-        coarse = coarse_arms(chosen, base)
-        first = [r for r in results if r["seed"] == seeds[0]]
-        chosen = refined_arms(chosen, best_settings(first, coarse), base)
-    return best_settings([r for r in results if r["seed"] in seeds], chosen)
+    results = [r for r in results if r["seed"] in seeds]
+    if base is None:
+        return best_settings(results, chosen), list(arms)
+    coarse = coarse_arms(chosen, base)
+    first = [r for r in results if r["seed"] == seeds[0]]
+    chosen = refined_arms(chosen, best_settings(first, coarse), base)
+    choices, pool = best_settings(results, chosen), list(arms)
+    for _ in range(PAST_EDGE_STEPS):
+        new = [a for label in choices.values()
+               for a in past_edge_arms(pool, label, num_workers, base)]
+        if new and run is not None:
+            results = results + [r for r in run(new) if r["seed"] in seeds]
+        new = [a for a in new if per_seed(results, a.arm.label)]
+        if not new:
+            break
+        pool, chosen = pool + new, chosen + new
+        choices = best_settings(results, chosen)
+    return choices, pool
 
 
 # ---- choosing ---------------------------------------------------------------------------

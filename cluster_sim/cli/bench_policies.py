@@ -287,7 +287,7 @@ def _simulated_section(args, plan, cell, costs, out, meta, summary, deadline, lo
         plan.tuned[name, n] = tune(
             scenario_arms(plan.specs, n, scenario, plan.lr_grid), scenario, cell.run_config,
             plan.tune_seeds, log,
-            f"{name} on {n} workers, tuned on seeds {seeds_text(plan.tune_seeds)}",
+            f"{name} on {n} workers, tuned on seeds {seeds_text(plan.tune_seeds)}", n,
             sim_config=cell.config, data=cell.data, jobs=args.jobs, store=store,
             deadline=deadline, staged=args.tune_stages)
     arms = scenario_arms(plan.specs, n, scenario, plan.lr_grid, plan.tuned[name, n])
@@ -441,12 +441,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "chosen ones on --seeds, which must not share any; with "
                              "--grid-from-sim the simulator's tuning seeds")
     parser.add_argument("--tune-stages", action="store_true",
-                        help="with --tune-seeds and --lr-grid: prune the grid in two "
+                        help="with --tune-seeds and --lr-grid: prune the grid in "
                              "stages: every parameter value at the base momentum and "
-                             "learning rates a factor 4 apart on the first tuning seed, "
+                             "learning rates a factor 4 apart on the first tuning seed; "
                              "then around each rule's choice (its rate and the two a "
                              "factor 2 either side; each other momentum at the same "
-                             "effective step) on every tuning seed")
+                             "effective step) on every tuning seed; then, where a choice "
+                             "sits at an edge of its grid, up to 3 steps past it")
     parser.add_argument("--jobs", type=int, default=1,
                         help="simulations in this many processes at once (--simulate, the "
                              "--grid-from-sim tuning and the calibration; default 1). Not "

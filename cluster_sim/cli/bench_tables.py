@@ -94,15 +94,15 @@ def compact_run(run: dict, spec: str, targets) -> dict:
             "updates": run.get("version"), "dropped": run.get("dropped")}
 
 
-def _full_arms(meta, entry):
+def _full_arms(meta, entry, tuned=None):
     """Every arm of the matrix's grid on the entry's workers (labels as stored): with
-    ``entry["settings"]`` (a matrix run at settings chosen elsewhere, ``--tuned-from``)
-    those settings."""
+    ``tuned`` (`ArmSpec`s by rule) or ``entry["settings"]`` (a matrix run at settings
+    chosen elsewhere, ``--tuned-from``) those settings."""
     from cluster_sim.harness.arms import ArmSpec
     base = LearningRate(entry["base_lr"], momentum=entry["base_momentum"])
     lr_grid = meta["lr_grid"] if meta["lr_grid"] in (None, "auto") else tuple(meta["lr_grid"])
-    tuned = {f: ArmSpec(f, s.get("value"), s.get("lr"), s.get("momentum"))
-             for f, s in (entry.get("settings") or {}).items()}
+    tuned = tuned or {f: ArmSpec(f, s.get("value"), s.get("lr"), s.get("momentum"))
+                      for f, s in (entry.get("settings") or {}).items()}
     return bench_arms(matrix_specs(",".join(meta["arms"])), entry["workers"], tuned or None,
                       base=base, lr_grid=lr_grid, batch_size=entry["batch_size"]), base
 
@@ -241,8 +241,13 @@ def _choices(meta: dict, key: str, rows: list):
     arms, base = _full_arms(meta, entry)
     tune = list(meta.get("tune_seeds") or [])
     own = [dict(r, tta_s=r["tta"].get(entry["own"])) for r in rows]
-    return arms, base, tuning_choices(own, arms, tune,
-                                      base if meta.get("tune_stages") else None)
+    choices, pool = tuning_choices(own, arms, tune, base if meta.get("tune_stages") else None,
+                                   entry["workers"])
+    # A choice past the grid's edge was reported with a linear-scaling arm of its own.
+    by_label = {a.arm.label: a for a in pool}
+    reported = _full_arms(meta, entry, {f: by_label[label].spec for f, label in choices.items()
+                                        if by_label[label].spec is not None})[0]
+    return list({a.arm.label: a for a in pool + reported}.values()), base, choices
 
 
 def read_store(store_dir) -> tuple[dict, dict]:
@@ -307,7 +312,7 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
     made = sum(r["seed"] in tune for r in rows)
     name, n = entry["scenario"], entry["workers"]
     tuning = (f"Tuned on seeds {seeds_text(tune)} ({made} tuning runs"
-              + (", pruned in two stages: `--tune-stages`" if meta.get("tune_stages") else "")
+              + (", pruned in stages: `--tune-stages`" if meta.get("tune_stages") else "")
               + ")" if tune else "Each rule at the setting its command took (--tuned-from: "
               "chosen elsewhere, not tuned for this target)")
     lines = [f"### {name}, {n} simulated workers", "",

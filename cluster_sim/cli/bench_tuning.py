@@ -1,5 +1,5 @@
 """Choosing each rule's setting for `bench policies` by running its grid: on tuning seeds
-that are then not reported (``--tune-seeds``, pruned in two stages with
+that are then not reported (``--tune-seeds``, pruned in stages with
 ``--tune-stages``), in the simulator for real runs (``--grid-from-sim``), and tuned
 BSP's time to target as the reference of events placed at fractions of a run
 (`cluster_sim.cli.event_reference`).
@@ -50,35 +50,44 @@ def tune_in_sim(arms, scenario, run_config, costs, data, seeds, log, jobs=1) -> 
     simulated on ``scenario`` with ``costs`` over ``seeds``."""
     config = bench_config.sim_config(costs, scenario, run_config, data, scenario.num_workers)
     return tune(arms, scenario, run_config, seeds, log, "tuned in the simulator",
-                sim_config=config, data=data, jobs=jobs)
+                scenario.num_workers, sim_config=config, data=data, jobs=jobs)
 
 
-def tune(arms, scenario, run_config, seeds, log, what, staged=False, **matrix) -> dict:
+def tune(arms, scenario, run_config, seeds, log, what, num_workers, staged=False,
+         **matrix) -> dict:
     """Each rule's chosen setting among ``arms`` (`ArmSpec`s by rule) after running
-    them over the tuning ``seeds`` (`run_matrix` with ``matrix``). ``staged`` prunes
-    the grid: a coarse pass on the first seed (`coarse_arms`: each parameter value at
-    the base momentum, learning rates a factor 4 apart), then each rule's refinement
-    around its coarse choice (`refined_arms`) on every tuning seed, chosen there."""
+    them over the tuning ``seeds`` (`run_matrix` with ``matrix``) on ``num_workers``
+    workers. ``staged`` prunes the grid: a coarse pass on the first seed (`coarse_arms`:
+    each parameter value at the base momentum, learning rates a factor 4 apart), then
+    each rule's refinement around its coarse choice (`refined_arms`) on every tuning
+    seed, then steps past the grid's edge where a choice sits at one
+    (`past_edge_arms`), chosen there."""
     chosen = tuned_arms(arms)
     if not chosen:
         return {}
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)  # as run_matrix
+    run = lambda some, on=seeds: run_matrix(some, scenario, on, run_config, **matrix)
     base = scenario_base(scenario) if staged else None
     if staged:
         coarse = coarse_arms(chosen, base)
-        first = run_matrix(coarse, scenario, seeds[:1], run_config, **matrix)
+        first = run(coarse, seeds[:1])
         picked = best_settings(first, coarse)
         log(f"{what}, coarse pass on seed {seeds[0]} ({len(coarse)} arms): "
             + ", ".join(picked.values()))
         chosen = refined_arms(chosen, picked, base)
-        results = first + run_matrix(chosen, scenario, seeds, run_config, **matrix)
+        results = first + run(chosen)
     else:
-        results = run_matrix(chosen, scenario, seeds, run_config, **matrix)
-    oracle = tuning_choices(results, arms, seeds, base)
+        results = run(chosen)
+
+    def past_edges(new):
+        log(f"{what}, past the grid's edge: " + ", ".join(a.arm.label for a in new))
+        return run(new)
+
+    oracle, pool = tuning_choices(results, arms, seeds, base, num_workers, run=past_edges)
     tuned = {name: ArmSpec(name, s["value"], s["lr"], s["momentum"])
-             for name, s in oracle_settings(oracle, chosen).items()}
+             for name, s in oracle_settings(oracle, pool).items()}
     # The reported matrix runs one setting per rule: say here where a grid was too narrow.
-    edges = {name: grid_edges(arms, label) for name, label in oracle.items()}
+    edges = {name: grid_edges(pool, label) for name, label in oracle.items()}
     tuned = {name: TunedSpec(*dataclasses.astuple(spec), edges=tuple(edges[name]))
              for name, spec in tuned.items()}
     log(f"{what}: " + ", ".join(spec.described for spec in tuned.values()))
@@ -99,7 +108,7 @@ def events_reference(scenario, n, store_dir, conditions, config, run_config, dat
                   store=RunStore(store_dir, conditions(scenario, config), fresh=args.fresh))
     specs = [ArmSpec("bsp")]
     tuned = tune(scenario_arms(specs, n, scenario, lr_grid), scenario, run_config, seeds, log,
-                 f"the events' reference: BSP on {n} workers without them",
+                 f"the events' reference: BSP on {n} workers without them", n,
                  staged=args.tune_stages, **matrix)
     (arm,) = [a for a in scenario_arms(specs, n, scenario, lr_grid, tuned) if not a.linear]
     seconds = event_reference.reference_seconds(

@@ -129,4 +129,55 @@ def test_a_pruned_tuning_chooses_for_a_rule_left_with_one_setting_in_a_stage(gri
     assert [a.arm.label for a in refined_arms(arms, {"bsp": coarse[0]}, BASE)] == tried
     runs = [{"policy": label, "seed": 100, "tta_s": 10.0 + i} for i, label in
             enumerate(a.arm.label for a in arms)]
-    assert tuning_choices(runs, arms, [100], BASE) == {"bsp": tried[0]}
+    assert tuning_choices(runs, arms, [100], BASE, 8)[0] == {"bsp": tried[0]}
+
+
+def _valley(best_lr, best_k=None):
+    """Tuning results of a rule whose time grows with the factor-2 distance of its rate
+    (and K) from ``best_lr`` (``best_k``), for every arm a `run` is asked for."""
+    import math
+
+    def tta(arm):
+        far = abs(math.log2(arm.arm.learning_rate.rate / best_lr))
+        if best_k is not None:
+            far += abs(arm.value - best_k)
+        return 10.0 + far
+
+    asked = []
+
+    def run(arms):
+        asked.append([a.arm.label for a in arms])
+        return [{"policy": a.arm.label, "seed": s, "tta_s": tta(a)} for a in arms
+                for s in (100, 101)]
+    return run, asked
+
+
+def test_a_pruned_tuning_steps_past_an_edge_until_its_choice_is_inside():
+    """Stage 3 (issue 46: "the table says when it is at an edge"; a check past the 64-worker
+    grids found ASP and K-async under-tuned there): a choice at the grid's edge is tried a
+    factor 2 further, up to PAST_EDGE_STEPS times, and the tables, recomputing from the
+    runs alone (no `run`), choose the same."""
+    from cluster_sim.cli.arm_grid import PAST_EDGE_STEPS, grid_edges, tuning_choices
+    arms = bench_arms(["asp"], 8, base=BASE, lr_grid=(0.01, 0.02, 0.04))
+    run, asked = _valley(0.16)
+    results = run(arms)
+    choices, pool = tuning_choices(results, arms, [100, 101], BASE, 8, run=run)
+    assert asked[1:] == [["ASP @lr=0.08"], ["ASP @lr=0.16"], ["ASP @lr=0.32"]]
+    assert choices == {"asp": "ASP @lr=0.16"} and grid_edges(pool, "ASP @lr=0.16") == []
+    every = results + run([a for a in pool if a not in arms])
+    assert tuning_choices(every, arms, [100, 101], BASE, 8) == (choices, pool)
+    # Further than the steps allow: the choice stays at the edge, and says so.
+    run, asked = _valley(10.0)
+    choices, pool = tuning_choices(run(arms), arms, [100, 101], BASE, 8, run=run)
+    assert len(asked) == 1 + PAST_EDGE_STEPS
+    assert grid_edges(pool, choices["asp"]) == ["lr highest"]
+
+
+def test_past_the_value_edge_a_rule_tries_the_next_value_at_three_rates():
+    from cluster_sim.cli.arm_grid import tuning_choices
+    arms = bench_arms(["ksync"], 64, base=BASE, lr_grid=(0.16, 0.32, 0.64))
+    run, asked = _valley(0.32, best_k=60)
+    choices, _ = tuning_choices(run(arms), arms, [100, 101], BASE, 64, run=run)
+    assert asked[1] == ["KSync(k=56) @lr=0.16", "KSync(k=56) @lr=0.32", "KSync(k=56) @lr=0.64"]
+    # 60, then 62 (half way to BSP's 64) is worse: 60 inside.
+    assert choices == {"ksync": "KSync(k=60) @lr=0.32"}
