@@ -255,7 +255,8 @@ class Scenario:
                 "and nothing says how long that run is: "
                 "set event_reference_s = SECONDS in the scenario file (or "
                 "load_scenario(..., overrides={'event_reference_s': SECONDS})), give "
-                "`bench policies --event-reference SECONDS`, or let `bench policies "
+                "the command `--event-reference SECONDS` (`bench policies`, `speeds`), "
+                "or let `bench policies "
                 "--simulate` measure it (tuned BSP's time to the target without the "
                 "events, on the tuning seeds)")
 
