@@ -124,6 +124,9 @@ def sim_conditions(scenario, us_per_sample, run_config, costs, config,
     unused = () if allocates else ("allocate_every",)
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
                 if f.name not in ("scenario", "seed") + free_ps + unused}
+    # Where the scenario's file sits is not what it is: a store made in one checkout
+    # resumes in another (a clone, a worktree).
+    whole = repr(dataclasses.replace(scenario, source=""))
     return dict(conditions(scenario, us_per_sample, run_config, costs, allocates),
                 simulator=settings,
-                scenario_digest=hashlib.sha256(repr(scenario).encode()).hexdigest()[:16])
+                scenario_digest=hashlib.sha256(whole.encode()).hexdigest()[:16])

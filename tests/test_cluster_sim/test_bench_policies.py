@@ -423,6 +423,27 @@ def test_simulation_processes_end_with_a_bench_that_is_killed(tmp_path):
     assert not alive, f"simulation processes {alive} outlived their bench"
 
 
+def test_a_simulated_store_resumes_from_another_checkout(tmp_path):
+    """The same scenario file at another path (a clone, a worktree) keeps the store's
+    conditions: the scenario's digest is of what it is, not where its file sits (a
+    64-worker store was refused from a second worktree, every run to be made again)."""
+    import dataclasses
+    from cluster_sim.cli import bench_config
+    from cluster_sim.scenarios import load_scenario
+    from cluster_sim.harness.config import RunConfig, load_data
+    made = []
+    for where in ("one", "two"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "tiny.toml").write_text(TINY)
+        scenario = load_scenario(str(tmp_path / where / "tiny.toml"))
+        run_config = RunConfig.from_scenario(scenario)
+        config = bench_config.sim_config(ZERO_COSTS, scenario, run_config, load_data(scenario), 4)
+        made.append(bench_config.sim_conditions(scenario, 300.0, run_config, ZERO_COSTS, config))
+    assert made[0] == made[1]
+    moved = dataclasses.replace(scenario, learning_rate=0.123)  # what it is still counts
+    assert bench_config.sim_conditions(moved, 300.0, run_config, ZERO_COSTS, config) != made[1]
+
+
 @pytest.mark.parametrize("name", ["static", "trace", "colocated"])
 def test_the_committed_real_stores_resume_under_the_command_that_made_them(name, tmp_path):
     """The real-run stores in cluster_sim/results/ open with the conditions their own
