@@ -595,6 +595,33 @@ def test_a_worker_free_at_the_last_read_goes_on_while_tensorflow_rebuilds(chief)
     assert c.queue.reads == reads
 
 
+def test_a_worker_that_never_pushed_goes_on_while_tensorflow_rebuilds_before_any_read(
+        chief):
+    """TensorFlow's testAsyncWaitIsNoOp (fault_tolerance_test, no coordination service)
+    as the gate sees it: the worker threads ask for steps before any is scheduled, so
+    their first steps pass with no read of the PS; those steps push nothing, and a
+    worker fails while they run. A worker that has pushed nothing goes on during the
+    rebuild although the gate never read (it hung there: the rebuild waits for a worker
+    the test restarts only after those steps); one whose step pushed waits."""
+    c = chief()
+    for w in range(N):
+        c.take(w)  # before any step: through to the stock queue, no read
+    c.schedule(Closure(pushes=0), Closure(pushes=0), Closure(pushes=1))
+    steps = {w: c.took(w) for w in range(N)}
+    pusher = next(w for w, step in steps.items() if step.pushes == 1)
+    idle = [w for w in range(N) if w != pusher]
+    c.push_and_finish(pusher)  # into the open BSP round (1 of 3)
+    for w in idle:
+        c.threads[w].submit(c.queue.mark_finished).result(10)
+    c.strategy.failure_handler._cluster_due_for_update_or_finish.set()  # a worker failed
+    assert c.queue.reads["gate"] == 0
+    assert [c.may_start(w) for w in idle] == [True, True] and c.may_start(pusher) is False
+    c.take(idle[0])
+    c.schedule(Closure(pushes=0))
+    c.took(idle[0])  # through the gate while the cluster is rebuilt
+    assert c.queue.reads["gate"] == 0
+
+
 def test_a_lost_coordination_service_asks_for_another_rebuild():
     """After a rebuild that failed part way, TensorFlow 2.21's task-state poll raises
     FailedPreconditionError ("Coordination service is not enabled") on every tick: the
