@@ -17,7 +17,7 @@ import dataclasses
 from cluster_sim.harness.config import RunConfig
 
 __all__ = ["LATE_TARGETS", "target_loss", "scenario_name", "load_bench_scenario",
-           "run_config", "sim_config", "conditions", "sim_conditions"]
+           "run_config", "sim_config", "conditions", "sim_conditions", "workload_targets"]
 
 
 #: The late target of each workload (issue 46, item 5): near convergence, where the
@@ -33,6 +33,23 @@ __all__ = ["LATE_TARGETS", "target_loss", "scenario_name", "load_bench_scenario"
 #: trailing loss under 0.76 after ~5,450 updates (8x its early-target updates). The
 #: runs and the arithmetic: ``cluster_sim/results/race_sim8/late_target.py``.
 LATE_TARGETS = {"teacher": 0.75}
+
+
+def workload_targets(loss: float) -> tuple:
+    """The early and late target losses of the workload whose early or late target is
+    ``loss`` (teacher, ctr; `cluster_sim.ctr.CTR_TARGETS`), else ``(loss,)``: the times
+    a compact store keeps, never another workload's.
+
+    >>> workload_targets(0.98), workload_targets(0.477), workload_targets(0.5)
+    ((0.98, 0.75), (0.477, 0.465), (0.5,))
+    """
+    from cluster_sim.ctr import CTR_TARGETS
+    from cluster_sim.workloads import TEACHER_TARGET
+    for pair in ((TEACHER_TARGET["loss"], LATE_TARGETS["teacher"]),
+                 (CTR_TARGETS["early"]["loss"], CTR_TARGETS["late"]["loss"])):
+        if loss in pair:
+            return pair
+    return (loss,)
 
 
 def target_loss(text, scenario) -> float | None:

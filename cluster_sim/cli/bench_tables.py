@@ -117,11 +117,10 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
     ``--out`` directories ``runs_dirs`` (one, or several: a later one's runs replace the
     earlier ones' of the same rule on the seeds it ran, e.g. Adaptive re-run alone with
     ``--tuned-from``); returns the files written. ``targets``: the losses to keep times
-    for besides each store's own (default: the teacher's early and late targets,
-    `cluster_sim.workloads.TEACHER_TARGET` and `LATE_TARGETS`)."""
-    from cluster_sim.cli.bench_config import LATE_TARGETS
+    for besides each store's own (default: its workload's early and late targets,
+    `cluster_sim.cli.bench_config.workload_targets`)."""
+    from cluster_sim.cli.bench_config import workload_targets
     from cluster_sim.cli.run_store import saved_conditions
-    from cluster_sim.workloads import TEACHER_TARGET
     runs_dirs = [pathlib.Path(d) for d in ([runs_dirs] if isinstance(runs_dirs, (str, pathlib.Path))
                                            else runs_dirs)]
     store_dir = pathlib.Path(store_dir)
@@ -147,8 +146,7 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
             conditions = saved_conditions(path)
             run_config, sim = conditions["run_config"], conditions["simulator"]
             own = sim["target_loss"]
-            wanted = (sorted({own, *(targets or (TEACHER_TARGET["loss"],
-                                                 *LATE_TARGETS.values()))})
+            wanted = (sorted({own, *(targets or workload_targets(own))})
                       if own is not None else [])
             # The store's own target, or (a run to the late target) the highest kept.
             early = own if run_config["target_loss"] is None else max(wanted)
