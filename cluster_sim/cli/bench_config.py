@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from cluster_sim.harness.config import RunConfig
+from cluster_sim.cli import event_reference
 
 __all__ = ["LATE_TARGETS", "target_loss", "scenario_name", "load_bench_scenario",
            "run_config", "sim_config", "conditions", "sim_conditions", "workload_targets"]
@@ -81,15 +82,20 @@ def scenario_name(name: str) -> str:
 
 def load_bench_scenario(name, args, us_per_sample=None):
     """The scenario ``name`` (`scenario_name`) with the command's overrides: the
-    injected compute ``us_per_sample``, ``--max-pushes`` and ``--time-budget``."""
+    injected compute ``us_per_sample``, ``--max-pushes`` and ``--time-budget`` (in
+    seconds, or a multiple of ``--event-reference``; the simulator's multiples of a
+    measured reference are `cluster_sim.cli.event_reference.budget`'s)."""
     from cluster_sim.scenarios import load_scenario
     overrides = {}
     if us_per_sample is not None:
         overrides["us_per_sample"] = float(us_per_sample)
     if args.max_pushes:
         overrides["max_pushes"] = int(args.max_pushes)
-    if args.time_budget:
-        overrides["time_budget_s"] = float(args.time_budget)
+    seconds, factor = event_reference.parse_budget(args.time_budget)
+    if factor is not None and getattr(args, "event_reference", None) is not None:
+        seconds = factor * args.event_reference
+    if seconds is not None:
+        overrides["time_budget_s"] = seconds
     return load_scenario(scenario_name(name), traces_dir=args.traces,
                          machine_usage=args.machine_usage, overrides=overrides)
 

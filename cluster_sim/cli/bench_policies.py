@@ -150,6 +150,10 @@ def _plan(args) -> _Plan:
         raise ValueError("--compute-before-read changes the simulator only (the real "
                          "harness's step reads the parameters as it starts); add "
                          "--simulate")
+    _, budget_factor = event_reference.parse_budget(args.time_budget)
+    if budget_factor is not None and not args.simulate and args.event_reference is None:
+        raise ValueError(f"--time-budget {args.time_budget}: real runs measure no reference "
+                         "run; give --event-reference SECONDS too, or the budget in seconds")
     scenarios = {n: bench_config.load_bench_scenario(n, args) for n in names}
     if not args.simulate and args.event_reference is None:
         for scenario in scenarios.values():
@@ -221,7 +225,7 @@ class _Cell:
     data: object
     config: object  # the `SimConfig`
     store: object  # the `RunStore`
-    events: str  # where the events were placed ("" for none)
+    events: str  # where the events were placed, and the time budget ("" for neither)
 
 
 def _run_simulated(args, plan, out, meta, summary, log) -> list[str]:
@@ -266,13 +270,26 @@ def _open_sim_stores(args, plan, costs, out, log) -> list[_Cell]:
             store_dir = out / f"{name.replace('/', '_')}_sim{n}_runs"
             conditions = lambda s, c: bench_config.sim_conditions(
                 s, us, run_config, costs, c, bench_config.allocates(plan.specs))
+            measured = {}
+
+            def reference(bare, n=n, store_dir=store_dir, config=config,
+                          run_config=run_config, data=data, conditions=conditions):
+                # Events and the budget share one reference: measured once per cell.
+                if not measured:
+                    measured["it"] = events_reference(
+                        bare, n, out / f"{store_dir.name[:-5]}_reference_runs", conditions,
+                        config, run_config, data, plan.lr_grid, plan.tune_seeds, args, log)
+                return measured["it"]
+
             try:
-                placed, events = event_reference.resolve(
-                    scenario, args.event_reference, lambda bare: events_reference(
-                        bare, n, out / f"{store_dir.name[:-5]}_reference_runs",
-                        conditions, config, run_config, data, plan.lr_grid,
-                        plan.tune_seeds, args, log))
+                placed, events = event_reference.resolve(scenario, args.event_reference,
+                                                         reference)
+                seconds, budget = event_reference.budget(args.time_budget, scenario,
+                                                         args.event_reference, reference)
                 config = dataclasses.replace(config, scenario=placed)
+                if seconds is not None:
+                    config = dataclasses.replace(config, max_time_s=seconds)
+                events = " ".join(filter(None, (events, budget)))
                 store = RunStore(store_dir, conditions(placed, config), fresh=args.fresh)
             except ValueError as err:
                 raise _Refused(err) from None
@@ -312,7 +329,7 @@ def _simulated_section(args, plan, cell, costs, out, meta, summary, deadline, lo
     text += incomplete_note(missing, total, store.directory, log)
     summary["scenarios"][f"{name}@{n}"] = dict(
         data_, us_per_sample=cell.us, missing_runs=missing, events=scenario.summary(),
-        tuned_settings=tuned_settings(plan.tuned[name, n]))
+        time_budget_s=cell.config.max_time_s, tuned_settings=tuned_settings(plan.tuned[name, n]))
     log("\n" + text + "\n")
     return text
 
@@ -492,8 +509,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pushes per run at most (default: the scenario's)")
     parser.add_argument("--max-updates", type=int, default=None,
                         help="updates per run at most (default: no limit)")
-    parser.add_argument("--time-budget", type=float, default=None,
-                        help="seconds of training per run at most (default: the scenario's)")
+    parser.add_argument("--time-budget", default=None, metavar="SECONDS|FACTORx",
+                        help="seconds of training per run at most (default: the scenario's "
+                             "for real runs, none simulated), or a multiple of the reference "
+                             "run (e.g. 5x: five times tuned BSP's time to target on the "
+                             "tuning seeds, measured as for --event-reference, which gives "
+                             "it instead); a run stopped by it never reached the target")
     parser.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
                         help="start no run after this many minutes; finished runs are kept "
                              "in OUT/SCENARIO_runs (simulated: OUT/SCENARIO_simN_runs) and "

@@ -96,8 +96,8 @@ def tune(arms, scenario, run_config, seeds, log, what, num_workers, staged=False
 
 def events_reference(scenario, n, store_dir, conditions, config, run_config, data, lr_grid,
                      tune_seeds, args, log):
-    """``(seconds, how)``: the reference of events at fractions of a run
-    (`cluster_sim.cli.event_reference`): tuned BSP's median time to target on
+    """``(seconds, how)``: the reference run of events at fractions of a run and of a
+    time budget in multiples of it (`cluster_sim.cli.event_reference`): tuned BSP's median time to target on
     ``scenario`` (without those events) on ``n`` simulated workers, over the tuning seeds
     (100-102 without), its runs kept in ``store_dir`` under ``conditions(scenario,
     config)``."""
@@ -108,12 +108,12 @@ def events_reference(scenario, n, store_dir, conditions, config, run_config, dat
                   store=RunStore(store_dir, conditions(scenario, config), fresh=args.fresh))
     specs = [ArmSpec("bsp")]
     tuned = tune(scenario_arms(specs, n, scenario, lr_grid), scenario, run_config, seeds, log,
-                 f"the events' reference: BSP on {n} workers without them", n,
+                 f"the reference run: BSP on {n} workers without fraction events", n,
                  staged=args.tune_stages, **matrix)
     (arm,) = [a for a in scenario_arms(specs, n, scenario, lr_grid, tuned) if not a.linear]
     seconds = event_reference.reference_seconds(
         run_matrix([arm], scenario, seeds, run_config, **matrix), seeds)
-    how = (f"{arm.arm.label}'s median time to target without them on {n} simulated "
-           f"workers, seeds {', '.join(map(str, seeds))}")
-    log(f"{scenario.name}: events' reference {seconds:.1f} s ({how})")
+    how = (f"{arm.arm.label}'s median time to target without fraction events on {n} "
+           f"simulated workers, seeds {', '.join(map(str, seeds))}")
+    log(f"{scenario.name}: reference run {seconds:.1f} s ({how})")
     return seconds, how

@@ -1,5 +1,5 @@
 """`bench policies`: the seconds a scenario's events placed at fractions of a run stand
-for (issue 46, item 6).
+for (issue 46, item 6), and a time budget given as a multiple of the same run.
 
 A scenario may place its pauses and kills at fractions of a reference run
 (``at_fraction``, `cluster_sim.scenarios.RelativeEvent`), so that a short run (64 or 256
@@ -11,6 +11,12 @@ the same number of workers with the same costs, on the tuning seeds (``--tune-se
 or 100-102 without; never the reported ones), the median of their times. ``--event-
 reference SECONDS`` gives it instead (real runs need it: measuring it there would cost a
 tuned BSP matrix on the real cluster).
+
+A run that has not reached the target by ``--time-budget 5x`` (five times the reference)
+is stopped and counts as never reaching it: at 256 workers a rule that never reaches
+(asynchronous rules, most of their learning rates) would otherwise simulate to its push
+limit, 20x the reference and most of the matrix's time (issue 46, item 9). `budget`
+resolves it, measuring the reference as the events do (once per cell).
 
 `bench policies` calls `resolve` per scenario and worker count, with a ``measure`` that
 runs BSP's tuning and the tuned BSP on the scenario without its fraction events
@@ -80,3 +86,44 @@ def resolve(scenario, reference_s, measure):
     return resolved, (f"Events at fractions of a reference run of {reference_s:g} s "
                       f"({how}): {events}.")
 
+
+
+def parse_budget(text) -> tuple:
+    """``(seconds, factor)`` of ``--time-budget``: seconds, or a multiple of the reference
+    run written ``NUMBERx``; ``(None, None)`` without. ValueError names a bad one.
+
+    >>> parse_budget("600"), parse_budget("5x"), parse_budget(None)
+    ((600.0, None), (None, 5.0), (None, None))
+    """
+    if text is None or text == "":
+        return None, None
+    text = str(text).strip()
+    try:
+        number = float(text[:-1] if text.lower().endswith("x") else text)
+    except ValueError:
+        number = float("nan")
+    if not number > 0 or number == float("inf"):
+        raise ValueError(f"--time-budget {text!r}: give seconds (e.g. 600) or a multiple of "
+                         "the reference run, tuned BSP's time to target (e.g. 5x)")
+    return (None, number) if text.lower().endswith("x") else (number, None)
+
+
+def budget(text, scenario, reference_s, measure) -> tuple:
+    """``(seconds or None, a sentence for the table)`` a run of ``scenario`` may last,
+    from ``--time-budget`` ``text``: its seconds, or its factor times the reference
+    (``reference_s`` when given, else ``measure(scenario without its fraction
+    events)``'s, as `resolve`).
+
+    >>> budget("4x", None, 150.0, None)[0], budget(None, None, 150.0, None)
+    (600.0, (None, ''))
+    """
+    seconds, factor = parse_budget(text)
+    if factor is None:
+        return seconds, ""
+    how = "given by --event-reference"
+    if reference_s is None:
+        reference_s, how = measure(without_relative_events(scenario))
+    seconds = factor * reference_s
+    return seconds, (f"Every run stops at {factor:g}x a reference run of {reference_s:.4g} "
+                     f"s ({how}): {seconds:.4g} s; one that has not reached the target by then "
+                     "counts as never reaching it.")

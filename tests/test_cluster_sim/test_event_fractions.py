@@ -101,7 +101,7 @@ def test_the_bench_places_the_events_at_tuned_bsps_time_on_the_tuning_seeds(tmp_
         r["tta_s"] for r in reference if r["policy"] == p))
     seconds = sorted(r["tta_s"] for r in reference if r["policy"] == best)
     median = (seconds[0] + seconds[1]) / 2
-    assert f"events' reference {median:.1f} s ({best}'s median" in printed
+    assert f"reference run {median:.1f} s ({best}'s median" in printed
     table = json.loads((out / "results.json").read_text())["scenarios"]
     (row,) = table.values()
     assert f"w2 pause at {0.2 * median:g}s" in row["events"]  # the stores state the seconds
@@ -111,6 +111,37 @@ def test_the_bench_places_the_events_at_tuned_bsps_time_on_the_tuning_seeds(tmp_
     assert main(["bench", "policies", "--scenario", str(path), "--arms", "bsp",
                  "--out", str(tmp_path / "real")]) == 2
     assert "--event-reference SECONDS" in capsys.readouterr().err
+
+
+def test_a_time_budget_in_multiples_of_the_reference_stops_a_slow_arm(tmp_path, capsys):
+    """``--time-budget 1.5x``: the reference (tuned BSP) is measured once on the tuning
+    seeds, and a run far slower than it (a tenth of the rate) stops at 1.5 times it,
+    never reaching; the tuned BSP itself is not stopped before it could reach."""
+    from cluster_sim.__main__ import main
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(path), "--arms", "bsp,bsp@0.005", "--seeds", "1", "--tune-seeds",
+                 "100-101", "--lr-grid", "0.05,0.1", "--workers", "4", "--time-budget",
+                 "1.5x", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(": reference run ") == 1
+    (row,) = json.loads((out / "results.json").read_text())["scenarios"].values()
+    budget = row["time_budget_s"]
+    median = float(printed.split(": reference run ")[1].split(" s")[0])
+    assert budget == pytest.approx(1.5 * median, abs=0.1)
+    assert f"Every run stops at 1.5x a reference run of" in (out / "bench.md").read_text()
+    (store,) = out.glob("*_sim4_runs")
+    runs = {r["policy"]: r for r in map(json.loads, (store / "runs.jsonl").read_text()
+                                        .splitlines()) if r["seed"] == 0}
+    slow = runs["BSP @lr=0.005"]
+    assert slow["tta_s"] is None and slow["wall_s"] <= budget + 1.0, slow["wall_s"]
+    with pytest.raises(ValueError, match="give seconds .* or a multiple"):
+        event_reference.parse_budget("fast")
+    assert main(["bench", "policies", "--scenario", str(path), "--arms", "bsp",
+                 "--time-budget", "2x", "--out", str(tmp_path / "real")]) == 2
+    assert "real runs measure no reference run" in capsys.readouterr().err
 
 
 # The bench tests' tiny digits scenario, with a pause at fractions of the reference run.
