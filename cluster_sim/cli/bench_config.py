@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from cluster_sim.ctr import CTR_TARGETS
 from cluster_sim.harness.config import RunConfig
 from cluster_sim.cli import event_reference
 
@@ -33,7 +34,8 @@ __all__ = ["LATE_TARGETS", "target_loss", "scenario_name", "load_bench_scenario"
 #: 0.98 - 0.8 x (0.98 - 0.689) = 0.747, rounded to 0.75. BSP at lr 0.05 first holds the
 #: trailing loss under 0.76 after ~5,450 updates (8x its early-target updates). The
 #: runs and the arithmetic: ``cluster_sim/results/race_sim8/late_target.py``.
-LATE_TARGETS = {"teacher": 0.75}
+#: The ctr workload's is `cluster_sim.ctr.CTR_TARGETS`' (placed on its own SGD curve).
+LATE_TARGETS = {"teacher": 0.75, "ctr": CTR_TARGETS["late"]["loss"]}
 
 
 def workload_targets(loss: float) -> tuple:
@@ -44,10 +46,9 @@ def workload_targets(loss: float) -> tuple:
     >>> workload_targets(0.98), workload_targets(0.477), workload_targets(0.5)
     ((0.98, 0.75), (0.477, 0.465), (0.5,))
     """
-    from cluster_sim.ctr import CTR_TARGETS
     from cluster_sim.workloads import TEACHER_TARGET
     for pair in ((TEACHER_TARGET["loss"], LATE_TARGETS["teacher"]),
-                 (CTR_TARGETS["early"]["loss"], CTR_TARGETS["late"]["loss"])):
+                 (CTR_TARGETS["early"]["loss"], LATE_TARGETS["ctr"])):
         if loss in pair:
             return pair
     return (loss,)
@@ -58,8 +59,11 @@ def target_loss(text, scenario) -> float | None:
     (`LATE_TARGETS`) for "late", or a loss.
 
     >>> class S: data = "teacher"
+    >>> class C: data = "ctr"
     >>> target_loss("early", S), target_loss("late", S), target_loss("0.9", S)
     (None, 0.75, 0.9)
+    >>> target_loss("late", C)
+    0.465
     """
     if text in (None, "early"):
         return None

@@ -445,7 +445,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="early", metavar="early|late|LOSS",
                         help="the validation loss that ends a run: the workload's own "
                              "('early', default), its late target near convergence "
-                             "('late': teacher 0.75, ~8x the early target's BSP updates: "
+                             "('late': teacher 0.75, ~8x the early target's BSP updates, ctr 0.465: "
                              "raise --max-pushes) or a loss. A run to a lower target also "
                              "holds the time to every higher one (`bench tables`)")
     parser.add_argument("--seeds", default="3",
