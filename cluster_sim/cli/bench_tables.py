@@ -160,7 +160,7 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
                 "base_momentum": run_config["momentum"],
                 "batch_size": run_config["batch_size"],
                 "us_per_sample": conditions["us_per_sample"],
-                "max_pushes": sim["max_pushes"]})
+                "max_pushes": sim["max_pushes"], "max_time_s": sim.get("max_time_s")})
             if not meta.get("tune_seeds"):  # settings chosen elsewhere (--tuned-from)
                 scenario_key = f"{key.rsplit('_sim', 1)[0]}@{sim['num_workers']}"
                 settings = bench["scenarios"].get(scenario_key, {}).get("tuned_settings")
@@ -319,7 +319,10 @@ def scenario_tables(meta: dict, key: str, rows: list) -> str:
                 if set(planned) - set(reported) else "")
              + ". Base learning rate "
              f"{base.rate:g}, momentum {base.momentum:g}; {entry['us_per_sample']:g} us per "
-             f"sample; at most {entry['max_pushes']} pushes a run. Made at commit "
+             f"sample; at most {entry['max_pushes']} pushes"
+             + (f" and {entry['max_time_s']:.4g} simulated s (`--time-budget`: a run "
+                "stopped there never reached)" if entry.get("max_time_s") else "")
+             + " a run. Made at commit "
              f"{meta['commit']} ({meta['date']})."]
     if not reported:
         chosen = ", ".join(choices.values()) or "none yet"

@@ -137,6 +137,10 @@ def test_a_time_budget_in_multiples_of_the_reference_stops_a_slow_arm(tmp_path, 
                                         .splitlines()) if r["seed"] == 0}
     slow = runs["BSP @lr=0.005"]
     assert slow["tta_s"] is None and slow["wall_s"] <= budget + 1.0, slow["wall_s"]
+    from cluster_sim.cli import bench_tables
+    bench_tables.export(out, tmp_path / "store")  # the compact store's tables say it
+    assert f"{budget:.4g} simulated s (`--time-budget`" in bench_tables.store_section(
+        tmp_path / "store")
     with pytest.raises(ValueError, match="give seconds .* or a multiple"):
         event_reference.parse_budget("fast")
     assert main(["bench", "policies", "--scenario", str(path), "--arms", "bsp",
