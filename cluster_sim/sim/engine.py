@@ -90,7 +90,9 @@ class SimConfig(TrainingConfig):
     ``max(eval_every, eval_relative_gap * pushes)`` pushes apart instead. The run's time
     to target is `cluster_sim.report.curve_tta` of the curve: the mean of the last
     evaluations' validation loss down to ``target_loss`` when given, else their accuracy
-    up to ``target_accuracy``, interpolated.
+    up to ``target_accuracy``, interpolated. A run stops at the first of
+    ``max_pushes``, ``max_updates``, ``max_time_s``, the target (``stop_at_target``) and
+    an evaluation that finds the parameters NaN (diverged: no update brings them back).
     """
 
     num_workers: int = 4
@@ -303,6 +305,7 @@ class Simulation:
         self.curve = []
         self.k_over_time = []            # (wall_s, version, k, wait, batch sizes changed)
         self.tta = None  # when an evaluation first found the target reached
+        self.diverged = False  # an evaluation found NaN parameters: the run stops
         self.last_loss = None  # the latest validation loss (the controller's measurement)
         self.commits = 0  # updates applied to the model (must equal the PS version)
         self.step_started = [None] * n  # clock time of each worker's running step
@@ -565,6 +568,10 @@ class Simulation:
                          progress=self.scaling.progress)
         self.curve.append(point)
         self.last_loss = loss
+        # NaN parameters stay NaN under any update: the run can never reach its target,
+        # and simulating it on to its push limit was most of a wide grid's time.
+        self.diverged = self.diverged or (math.isnan(loss)
+                                          and bool(np.isnan(self.model.params).any()))
         gap = (max(c.eval_every, int(c.eval_relative_gap * pushes)) if c.eval_relative_gap
                else c.eval_every)
         self._next_eval = pushes - pushes % gap + gap if not c.eval_relative_gap \
@@ -585,7 +592,8 @@ class Simulation:
         return ((c.max_pushes and s.pushed >= c.max_pushes)
                 or (c.max_updates and s.version >= c.max_updates)
                 or (c.max_time_s and self.clock.now >= c.max_time_s)
-                or (c.stop_at_target and self.tta is not None))
+                or (c.stop_at_target and self.tta is not None)
+                or self.diverged)
 
     # -- the run --------------------------------------------------------------------------
     def run(self, progress=None) -> dict:

@@ -301,3 +301,17 @@ def test_bsp_on_the_ctr_workload_is_large_batch_sgd_with_sparse_pushes():
         (g,) = reference.gradients(None, x, y, np.full((1, len(rows)), 1 / len(rows)))
         reference.apply(g, config.learning_rate, config.momentum)
     np.testing.assert_allclose(sim.model.params, reference.params, rtol=1e-4, atol=1e-6)
+
+
+def test_a_diverged_run_stops_at_the_evaluation_that_finds_nan_parameters():
+    """NaN parameters stay NaN, so the run ends there, never reaching; a run with a
+    finite but large loss goes on to its limit."""
+    config = SimConfig(num_workers=4, max_pushes=2000, eval_every=40, learning_rate=1e5,
+                       scenario="static", stop_at_target=False)
+    with np.errstate(all="ignore"):
+        run = Simulation(ksync.ASP(), config).run()
+    assert run["pushed"] < config.max_pushes and run["tta_s"] is None
+    assert not np.isfinite(run["final_loss"] if run["final_loss"] is not None else np.nan)
+    steady = Simulation(ksync.ASP(), dataclasses.replace(config, learning_rate=0.02,
+                                                         max_pushes=200)).run()
+    assert steady["pushed"] >= 200
