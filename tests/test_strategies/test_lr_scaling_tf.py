@@ -39,6 +39,8 @@ def _pusher(state, var, direct=False):
     ("linear", ksync.KAsync(k=3), 16.0),
     ("sqrt", ksync.SSP(max_staleness=2, stale_action="downweight"), 16.0),
     ("linear", ksync.ASP(), 16.0),            # K = 1, the direct path (locked)
+    ("power", ksync.KSync(k=3), 16.0),
+    ("power", ksync.KAsync(k=3), None),       # stale gradients count no samples
 ], ids=lambda x: repr(x) if not isinstance(x, float) else f"b0={x}")
 def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch,
                                                         record_property):
