@@ -128,16 +128,16 @@ def check(mode) -> None:
 
 def resolve(setting, policy) -> str | None:
     """The scaling a run applies: ``setting``, or for `AUTO` the policy's default
-    (``policy.lr_scaling``: None for every built-in rule today, Adaptive included: an
-    opt-in, see `ksync.Adaptive.lr_scaling`).
+    (``policy.lr_scaling``: "power" for `ksync.Adaptive`, None for the fixed rules,
+    whose rate the user tunes).
 
     >>> import ksync
     >>> resolve(AUTO, ksync.Adaptive()), resolve(AUTO, ksync.BSP()), resolve("linear", ksync.BSP())
-    (None, None, 'linear')
+    ('power', None, 'linear')
     """
     if setting != AUTO and setting is not None and setting not in MODES:
-        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: none for the "
-                         f"built-in rules), one of {MODES}, or "
+        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: 'power' for "
+                         f"Adaptive, none for the fixed rules), one of {MODES}, or "
                          f"None (no scaling), got {setting!r}.")
     mode = getattr(policy, "lr_scaling", None) if setting == AUTO else setting
     check(mode)

@@ -118,8 +118,10 @@ CONTENDERS = {
     "adaptive+alloc": Contender("Adaptive+alloc", "adaptive", allocation="forecast"),
     # The product's opt-in AdaScale gain on the PS (docs/user-guide.md, Learning rates).
     "adaptive+adascale": Contender("Adaptive+AdaScale", "adaptive", lr_scaling="adascale"),
-    # Adaptive with the "power" gain (`ksync.lr_scaling`) and its goodput model.
+    # Adaptive with the "power" gain (`ksync.lr_scaling`), its default, said explicitly;
+    # and without any scaling (Adaptive before issue 47, the race stores' "Adaptive").
     "adaptive+power": Contender("Adaptive+power", "adaptive", lr_scaling="power"),
+    "adaptive+unscaled": Contender("Adaptive unscaled", "adaptive", lr_scaling=None),
     "chao": Contender("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Contender("BSP+alloc(last)", "bsp", allocation="last"),
     "bsp+forecast": Contender("BSP+alloc(forecast)", "bsp", allocation="forecast"),

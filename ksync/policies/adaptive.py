@@ -69,12 +69,15 @@ class Adaptive(Policy):
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
     predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
 
-    A run of Adaptive scales the learning rate at each commit by AdaScale's gain
+    A run of Adaptive scales the learning rate at each commit by the "power" gain
+    ``S_0 ** (2/3)``, ``S_0`` the update's fresh samples over one worker's batch
     (`lr_scaling`, `ksync.lr_scaling`; the strategy's or simulator's ``lr_scaling``
-    overrides it). Once the noise scale is measured the model then counts an update by
-    its progress in base steps (the gain the PS applies, at most AdaScale's) instead of
-    ``M / (M + B')``, and divides the staleness tolerance by the gain
-    (`ksync.goodput`); ``Context.lr_scaling`` says which scaling the run applies.
+    overrides it, e.g. "adascale" or None). Once the noise scale is measured the model
+    counts what the larger step adds to an update, charges a waiting round its gate,
+    and holds stale gradients to one tolerance (`ksync.goodput.PowerModel`; under
+    "adascale", "linear" or "sqrt": an update's progress in base steps, at most
+    AdaScale's, and the tolerance divided by the gain); ``Context.lr_scaling`` says
+    which scaling the run applies.
 
     Args:
       refresh_every: updates between two decisions.
@@ -127,11 +130,10 @@ class Adaptive(Policy):
 
     name = "adaptive"
     first_refresh = 5
-    #: no scaling unless asked (``lr_scaling="adascale"``, `ksync.lr_scaling`): in the
-    #: simulator AdaScale made Adaptive 1.2-1.5x slower on 8 workers (its gain took
-    #: the step past tuned BSP's under momentum 0.9) and 1.3-1.9x faster on 64; the
-    #: default waits for the gain to account for momentum and for the fair race.
-    lr_scaling = None
+    #: the "power" gain (`ksync.lr_scaling`): in the simulated fair race it made
+    #: Adaptive as fast as the best tuned rule on 64 workers and no slower on 8, where
+    #: AdaScale's gain had cost it 1.2-1.6x (docs/user-guide.md, Learning rates).
+    lr_scaling = "power"
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
                  staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,

@@ -144,12 +144,12 @@ def test_the_reference_state_commits_with_lr_times_the_gain():
 
 
 def test_a_run_scales_as_its_policy_says_unless_told():
-    assert lr_scaling.resolve("auto", ksync.Adaptive()) is None  # an opt-in
+    assert lr_scaling.resolve("auto", ksync.Adaptive()) == "power"
     assert lr_scaling.resolve("auto", ksync.KAsync(k=2)) is None
     assert lr_scaling.resolve(None, ksync.Adaptive()) is None
     # "auto" by default, as on the strategy's PS: the policy's own.
     config = SimConfig(num_workers=2, max_pushes=4)
-    assert Simulation(ksync.Adaptive(), config).scaling is None
+    assert Simulation(ksync.Adaptive(), config).scaling.mode == "power"
     assert Simulation(ksync.BSP(), config).scaling is None
     on = SimConfig(num_workers=2, max_pushes=4, lr_scaling="adascale")
     assert Simulation(ksync.Adaptive(), on).scaling.mode == "adascale"
@@ -257,21 +257,23 @@ def test_adaptive_models_the_scaling_its_run_applies_once_the_noise_is_measured(
     assert all(f.gain == 1.0 for f in policy.forecasts(unmeasured, scaled))
 
 
-def test_the_adascale_arm_runs_adaptive_with_the_gain_and_the_plain_arm_without(data):
-    """``adaptive+adascale`` in the benchmark is the product's opt-in: the same policy,
-    its commits scaled by the PS's AdaScale gain; ``adaptive`` keeps the rate as given."""
+def test_the_arms_run_adaptive_with_its_default_gain_adascale_or_none(data):
+    """``adaptive`` in the benchmark is the product's default (the "power" gain),
+    ``adaptive+adascale`` the PS's AdaScale gain, ``adaptive+unscaled`` the rate as
+    given (Adaptive before issue 47)."""
     from cluster_sim.cli.bench_matrix import simulate_arm
     from cluster_sim.harness.arms import CONTENDERS
     from cluster_sim.harness.config import RunConfig
     config = SimConfig(num_workers=8, max_pushes=8 * 120, eval_every=80,
                        stop_at_target=False, speeds=(1.0,), learning_rate=0.02)
-    scaled = simulate_arm(CONTENDERS["adaptive+adascale"].arm(), config, data, RunConfig())
-    plain = simulate_arm(CONTENDERS["adaptive"].arm(), config, data, RunConfig())
-    assert scaled["policy"] == "Adaptive+AdaScale" and plain["policy"] == "Adaptive"
-    # Progress in base steps is counted only where the PS scales (a stale gradient's
-    # samples count 1 / (1 + staleness), so K-async's gain may stay at its floor of 1).
-    assert scaled["curve"][-1]["progress"] > 0 and "lr_gain" in scaled["curve"][-1]
-    assert all("lr_gain" not in point for point in plain["curve"])
+    runs = {name: simulate_arm(CONTENDERS[name].arm(), config, data, RunConfig())
+            for name in ("adaptive", "adaptive+adascale", "adaptive+unscaled")}
+    assert [r["policy"] for r in runs.values()] == [
+        "Adaptive", "Adaptive+AdaScale", "Adaptive unscaled"]
+    # Progress in base steps is counted only where the PS scales.
+    for name in ("adaptive", "adaptive+adascale"):
+        assert runs[name]["curve"][-1]["progress"] > 0 and "lr_gain" in runs[name]["curve"][-1]
+    assert all("lr_gain" not in point for point in runs["adaptive+unscaled"]["curve"])
 
 
 # -- "power": the measured scaling law, fresh samples only, and its goodput model --------
