@@ -180,11 +180,12 @@ def test_linear_bsp_equals_one_process_at_the_scaled_rate(cluster, name):
 def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
     """Adaptive with AdaScale (an opt-in) at each commit; telemetry, explain and History
     show the gain, the rate applied and the progress; the optimizer's variable keeps the
-    user's rate. The default: no scaling."""
+    user's rate. Adaptive's default: the "power" gain; a fixed rule's: no scaling."""
     import tf_keras as keras
     from strategies import KSyncStrategy, KSyncTelemetryCallback
     from test_drop_in import DATA, check_counters, mlp_model
-    assert KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive()).lr_scaling is None
+    default = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive())
+    assert default.lr_scaling == "power" and default.controller.lr_scaling == "power"
     strategy = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive(refresh_every=10),
                              lr_scaling="adascale")
     assert strategy.lr_scaling == "adascale"
