@@ -117,14 +117,16 @@ class Forecast:
     staleness: float         # mean staleness of accepted gradients, in updates
     tolerance: float         # staleness at which a gradient of this rule is worth half
     contributors: int        # workers whose gradients are accepted
-    batch_efficiency: float  # with lr scaling: the update's progress in base steps
+    # With lr scaling: what the update is worth (base steps under "adascale", "linear"
+    # and "sqrt"; batch efficiency times the larger step's worth under "power").
+    batch_efficiency: float
     staleness_efficiency: float
     goodput: float
     gain: float = 1.0        # the learning-rate gain the PS applies to the update
 
     def describe(self) -> str:
         worth = (f"efficiency {self.batch_efficiency:.2f}" if self.gain == 1.0 else
-                 f"lr gain {self.gain:.2f}, progress {self.batch_efficiency:.2f} base steps")
+                 f"lr gain {self.gain:.2f}, worth {self.batch_efficiency:.2f}")
         return (f"{self.rule.describe()}: {self.updates_per_s:.3g} updates/s of "
                 f"{self.samples_per_update:.0f} samples from {self.contributors} worker(s), "
                 f"staleness {self.staleness:.1f} (tolerance {self.tolerance:.1f}), {worth} x "
