@@ -213,6 +213,32 @@ def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
     assert bsp.lr_scaling is None and bsp.controller.lr_scaling is None
 
 
+def test_another_thread_reads_the_users_rate_while_a_commit_is_traced():
+    """While the PS traces a scaled apply (the optimizer's class swapped for the
+    trace), a read of the rate from another thread (telemetry, the harness's evaluator)
+    gets the user's rate, not an error; the tracing thread gets the scaled one."""
+    import threading
+    import tf_keras as keras
+    from strategies.lr_scope import _scaled, current_learning_rate
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    inside, done, seen = threading.Event(), threading.Event(), {}
+
+    def trace():
+        with _scaled(optimizer, tf.constant(4.0, tf.float64), lambda v, g: None):
+            seen["tracing"] = current_learning_rate(optimizer)
+            inside.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=trace)
+    thread.start()
+    assert inside.wait(30)
+    seen["other"] = current_learning_rate(optimizer)
+    done.set()
+    thread.join(30)
+    assert seen["tracing"] == pytest.approx(0.4) and seen["other"] == pytest.approx(0.1)
+    assert current_learning_rate(optimizer) == pytest.approx(0.1)
+
+
 def test_an_update_not_made_by_a_keras_optimizer_is_refused_under_scaling():
     """A custom update (``strategy.extended.update(var, fn, ...)`` with the user's own
     ``fn``) has no learning rate the commit could scale: a clear error, and the way
