@@ -56,6 +56,28 @@ batch, gives way to what the scaled step makes of an update: its progress in bas
 ``goodput`` is then in base steps per second. Without scaling the model above is kept
 as it was (its constants were fitted on it).
 
+**Under "power" scaling** (`PowerModel`, an opt-in: ``lr_scaling="power"``) the PS steps each
+update at ``r = S_0 ** (2/3)`` its base rate, ``S_0`` its fresh samples over ``b0``, the
+best rate measured for waiting rules (`ksync.lr_scaling`). The model counts
+
+- an update's worth as its batch efficiency above (at the base rate) times what the
+  larger step adds, ``f(r) ** exponent``: on a quadratic with the best step ``r`` times
+  the base one (McCandlish et al. 2018, the loss a step removes is ``2x - x^2`` of its
+  best at ``x`` times the best step), stepping ``r`` instead of 1 removes ``f(r) = r^2 /
+  (2r - 1)`` times as much; ``exponent`` (0.8) is what the simulated runs showed: BSP
+  on 8 workers went 1.49x and 1.82x faster at 2x and 4x the base rate, BSP on 64 3.1x
+  and 6.5x at 4x and 16x, K-sync 16 on 64 2.5x at 4x (tuning seed 100), some 0.8 of
+  ``f`` in the log;
+- a waiting round as its K-th step plus ``overhead_s``, the gate's latency (a waiting
+  worker learns of the new version that long after the commit: 20 ms on this project's
+  loopback cluster; the simulated rounds on 8 workers took 0.17 s for 0.127 s steps);
+- a stale gradient as worth ``1 / (1 + (s / tolerance)^3)`` with one ``tolerance``
+  (6 updates) at every scale, with no gain (stale gradients add no fresh samples), so
+  the expected fresh share of an asynchronous update, ``max(0, 1 - s_i)``, sets its
+  gain. Fitted on the teacher's tuning seeds (100-101; homogeneous and static, 8 and
+  64 workers): 4 and 8 updates were each worse at one scale (8 workers chose BSP, 64
+  chose K-async), 5 and 6 gave the same choices.
+
 Example: 8 equal workers under momentum 0.9. At a noise scale of 256 samples K-async
 with K = 4 beats BSP and ASP; at 600 (later in training) its updates are noisier, a
 stale gradient is worth less, and BSP comes close.
@@ -95,14 +117,16 @@ class Forecast:
     staleness: float         # mean staleness of accepted gradients, in updates
     tolerance: float         # staleness at which a gradient of this rule is worth half
     contributors: int        # workers whose gradients are accepted
-    batch_efficiency: float  # with lr scaling: the update's progress in base steps
+    # With lr scaling: what the update is worth (base steps under "adascale", "linear"
+    # and "sqrt"; batch efficiency times the larger step's worth under "power").
+    batch_efficiency: float
     staleness_efficiency: float
     goodput: float
     gain: float = 1.0        # the learning-rate gain the PS applies to the update
 
     def describe(self) -> str:
         worth = (f"efficiency {self.batch_efficiency:.2f}" if self.gain == 1.0 else
-                 f"lr gain {self.gain:.2f}, progress {self.batch_efficiency:.2f} base steps")
+                 f"lr gain {self.gain:.2f}, worth {self.batch_efficiency:.2f}")
         return (f"{self.rule.describe()}: {self.updates_per_s:.3g} updates/s of "
                 f"{self.samples_per_update:.0f} samples from {self.contributors} worker(s), "
                 f"staleness {self.staleness:.1f} (tolerance {self.tolerance:.1f}), {worth} x "
@@ -165,10 +189,37 @@ def scaled_progress(scaling, scale: float, noise_scale: float, base_batch: float
     return r, min(r, lr_scaling.adascale_gain(scale, noise_scale, base_batch))
 
 
+@dataclasses.dataclass(frozen=True)
+class PowerModel:
+    """The goodput model's constants under "power" scaling (module docstring): the
+    staleness ``tolerance`` (updates), the waiting round's ``overhead_s`` beyond its
+    K-th step, and the ``exponent`` of the step's worth `power_worth`."""
+
+    tolerance: float = 6.0
+    overhead_s: float = 0.02
+    exponent: float = 0.8
+
+    def __post_init__(self):
+        if not (self.tolerance > 0 and self.overhead_s >= 0 and self.exponent > 0):
+            raise ValueError(f"PowerModel needs tolerance > 0, overhead_s >= 0 and "
+                             f"exponent > 0, got {self}.")
+
+
+def power_worth(gain: float, exponent: float = 0.8) -> float:
+    """What a step ``gain`` times the base one adds when it is the best step:
+    ``(r^2 / (2r - 1)) ** exponent`` (1 at ``r = 1``).
+
+    >>> power_worth(1.0), round(power_worth(4.0, 1.0), 4), round(power_worth(16.0), 3)
+    (1.0, 2.2857, 5.414)
+    """
+    r = max(float(gain), 1.0)
+    return (r * r / (2.0 * r - 1.0)) ** exponent
+
+
 def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: float,
              exposure: float = 1.0, momentum: float = 0.0,
              halving: float = math.inf, scaling: str | None = None,
-             base_batch: float | None = None) -> Forecast:
+             base_batch: float | None = None, power: PowerModel | None = None) -> Forecast:
     """Predicted throughput, staleness and goodput of ``rule`` for workers with step
     times ``step_times`` (seconds) and batches ``batches`` (samples per step), at the
     simple noise scale ``noise_scale`` (samples) under SGD momentum ``momentum``;
@@ -182,7 +233,8 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
 
     ``scaling`` is the learning-rate scaling the PS applies (`ksync.lr_scaling`; None:
     none, the model as fitted), ``base_batch`` the batch its rate is meant for (None:
-    the median of ``batches``)."""
+    the median of ``batches``), ``power`` the constants under "power" (None: the
+    defaults of `PowerModel`)."""
     times = [float(t) for t in step_times]
     if not times or min(times) <= 0:
         raise ValueError(f"step times must be positive seconds, got {step_times!r}")
@@ -194,6 +246,13 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
             return _forecast(rule, 0.0, 0.0, 0.0, tolerance, 0, 1.0, batch_scale)
         samples = float(sum(batches[i] for i in order))
         tau = tolerance_at(samples, noise_scale, tolerance, rule.k, halving)
+        if scaling == "power":
+            power = power or PowerModel()
+            r = lr_scaling.gain("power", samples / base)
+            return _forecast(rule, 1.0 / (times[order[-1]] + power.overhead_s), samples, 0.0,
+                             power.tolerance, len(order), 1.0, batch_scale,
+                             (r, batch_efficiency(samples, batch_scale)
+                              * power_worth(r, power.exponent)))
         if scaling is None:
             return _forecast(rule, 1.0 / times[order[-1]], samples, 0.0, tau, len(order), 1.0,
                              batch_scale)
@@ -219,7 +278,15 @@ def forecast(rule: Rule, step_times, batches, noise_scale: float, tolerance: flo
     samples = rule.k * total / rate
     tau = tolerance_at(samples, noise_scale, tolerance, rule.k, halving)
     scaled = None
-    if scaling is not None:
+    if scaling == "power":
+        # The expected fresh share of worker i's gradients: no update during its step.
+        power = power or PowerModel()
+        tau = power.tolerance
+        fresh = rule.k * sum(batches[i] / times[i] * max(0.0, 1.0 - stale[i])
+                             for i in accepted) / rate / base
+        r = lr_scaling.gain("power", fresh)
+        scaled = (r, batch_efficiency(samples, batch_scale) * power_worth(r, power.exponent))
+    elif scaling is not None:
         # An update's K gradients come from worker i in proportion to its pushes.
         scale = rule.k * sum(batches[i] / times[i] / (1.0 + stale[i])
                              for i in accepted) / rate / base
@@ -282,13 +349,14 @@ def candidates(step_times, slack: float = 2.0, exposure: float = 1.0,
 
 def rank(step_times, batches, noise_scale: float, tolerance: float, exposure: float = 1.0,
          usual_times=None, momentum: float = 0.0, halving: float = math.inf,
-         scaling: str | None = None, base_batch: float | None = None) -> list:
+         scaling: str | None = None, base_batch: float | None = None,
+         power: PowerModel | None = None) -> list:
     """Every `candidates` rule's `Forecast`, best goodput first (ties in candidate order).
 
     >>> rank([0.1] * 8, [32] * 8, noise_scale=256.0, tolerance=10.0, momentum=0.9)[0].rule.describe()
     'K=4 async, drop beyond staleness 4'
     """
     out = [forecast(rule, step_times, batches, noise_scale, tolerance, exposure, momentum,
-                    halving, scaling, base_batch)
+                    halving, scaling, base_batch, power)
            for rule in candidates(step_times, exposure=exposure, usual_times=usual_times)]
     return sorted(out, key=lambda f: -f.goodput)

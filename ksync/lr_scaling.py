@@ -16,6 +16,11 @@ commit, for any rule:
   in ``[1, S]``: ``S`` (linear) while the gradient noise dominates (``B >> M``), 1 when
   the signal does (``B << b0``). It equals ``M / (M + B)`` over ``b0 / (b0 + B)``: the
   goodput model's batch efficiency of the update over that of one base batch.
+- ``"power"``: ``r = S_0 ** POWER_EXPONENT`` (2/3), ``S_0`` the update's *fresh*
+  samples over ``b0`` (gradients of staleness 0; a stale gradient adds none): the
+  scaling law of the best learning rate measured on the benchmark (see "Why a power
+  law" below); an opt-in, as every mode (the user guide says why it is not Adaptive's
+  default).
 - ``"linear"``: ``r = S`` (Goyal et al. 2017); ``"sqrt"``: ``r = sqrt(S)``;
   None: ``r = 1`` (no scaling; the update's samples only lower its noise).
 
@@ -25,7 +30,24 @@ the staleness-aware learning rate of Zhang et al. (2016) discounts its step; a f
 round (K-sync, BSP) has ``S = M / b0``. ``S`` is floored at 1: an update never steps
 less than the user's rate (the product's behaviour without scaling), and a stale
 gradient gains nothing beyond what fresh-equivalent samples justify, so K-async updates
-of a few stale gradients step as before and ASP is never scaled.
+of a few stale gradients step as before and ASP is never scaled. Under "power" a
+stale gradient counts 0 (`stale_weight`).
+
+**Why a power law, and why fresh samples only.** The best learning rate of a waiting
+rule, tuned on the fair race's tuning seeds (100-101; teacher workload, SGD momentum
+0.9, base rate 0.02 for one worker's batch of 32), was 0.08 for BSP on 8 workers
+(``S = 8``) and 0.32 for BSP and K-sync 48 on 64 (``S = 64``, 48): ``S ** (2/3)``
+times the base rate at both scales (K-sync 4-6 on 8 workers: 0.04, within the grid's
+factor 2). The noisy quadratic model (Zhang et al., NeurIPS 2019) gives such a power
+law, between square-root and linear, when the curvature spectrum is spread; AdaScale's
+gain at the measured noise scale does not (it gave 0.11-0.12 on 8 workers, past the
+best rate, and 0.2 on 64, short of it). Under momentum the law holds for the rate
+itself: the momentum is kept, so the effective step ``lr r / (1 - mu)`` follows it.
+A stale gradient gets no gain: asynchrony already acts as momentum of its own
+(Mitliagkas et al. 2016), and scaling K-async updates by their staleness-discounted
+samples made Adaptive's asynchronous rules slower (8 workers, static: 165-176 s
+against 138 s unscaled, tuning seeds). The law is relative to the user's rate: it does
+not measure the curvature, so a base rate twice too large stays twice too large.
 
 **Noise estimates, smoothing, warm-up.** The gain of a commit uses the noise sums of
 the rounds committed *before* it (so it is known when the commit starts), faded as the
@@ -73,6 +95,8 @@ Example: a base batch of 32, updates of 8 batches, noise scale 320 samples (10 b
 4.8889
 >>> gain("linear", 8.0), gain("sqrt", 4.0), gain(None, 8.0), gain("linear", 0.5)
 (8.0, 2.0, 1.0, 1.0)
+>>> round(gain("power", 8.0), 6), round(gain("power", 64.0), 6)
+(4.0, 16.0)
 >>> scaling = LRScaling("adascale", base_batch=32)
 >>> scaling.commit(8.0)          # nothing measured yet: the warm-up starts at 1
 1.0
@@ -86,7 +110,9 @@ import math
 
 from ksync.noise import MIN_NOISE_ROUNDS, fade
 
-MODES = ("adascale", "linear", "sqrt")
+MODES = ("adascale", "power", "linear", "sqrt")
+#: exponent of the "power" rule, ``r = S ** POWER_EXPONENT`` (module docstring).
+POWER_EXPONENT = 2.0 / 3.0
 #: a setting that means "the policy's own default" (`resolve`).
 AUTO = "auto"
 #: faded count of measured rounds over which AdaScale's gain ramps from 1 to its full
@@ -103,30 +129,44 @@ def check(mode) -> None:
 
 def resolve(setting, policy) -> str | None:
     """The scaling a run applies: ``setting``, or for `AUTO` the policy's default
-    (``policy.lr_scaling``: None for every built-in rule today, Adaptive included: an
-    opt-in, see `ksync.Adaptive.lr_scaling`).
+    (``policy.lr_scaling``: None for every built-in rule, `ksync.Adaptive` included;
+    a scaling is the user's choice).
 
     >>> import ksync
     >>> resolve(AUTO, ksync.Adaptive()), resolve(AUTO, ksync.BSP()), resolve("linear", ksync.BSP())
     (None, None, 'linear')
     """
     if setting != AUTO and setting is not None and setting not in MODES:
-        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: none for the "
-                         f"built-in rules), one of {MODES}, or "
+        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: none for every "
+                         f"built-in rule), one of {MODES}, or "
                          f"None (no scaling), got {setting!r}.")
     mode = getattr(policy, "lr_scaling", None) if setting == AUTO else setting
     check(mode)
     return mode
 
 
-def scale(samples, staleness, base_batch: float) -> float:
-    """An update's scale ``S``: its gradients' samples, each discounted by ``1 / (1 +
-    s)`` for its staleness ``s`` (negative counts as 0), over the base batch.
+def stale_weight(mode, staleness: float) -> float:
+    """How much a gradient ``staleness`` updates old counts in its update's scale:
+    ``1 / (1 + s)`` (negative counts as 0), and for "power" 1 when fresh, else 0.
+
+    >>> stale_weight("adascale", 3), stale_weight("power", 0), stale_weight("power", 1)
+    (0.25, 1.0, 0.0)
+    """
+    if mode == "power":
+        return 1.0 if staleness <= 0 else 0.0
+    return 1.0 / (1.0 + max(float(staleness), 0.0))
+
+
+def scale(samples, staleness, base_batch: float, mode=None) -> float:
+    """An update's scale ``S``: its gradients' samples, each weighted by `stale_weight`
+    under ``mode``, over the base batch.
 
     >>> scale([32, 32, 32, 32], [0, 0, 0, 0], 32), scale([32, 32], [1, 3], 32)
     (4.0, 0.75)
+    >>> scale([32, 32, 32], [0, 0, 2], 32, "power")
+    2.0
     """
-    return sum(float(b) / (1.0 + max(float(s), 0.0))
+    return sum(float(b) * stale_weight(mode, s)
                for b, s in zip(samples, staleness)) / float(base_batch)
 
 
@@ -164,6 +204,8 @@ def gain(mode, scale_: float, noise_scale: float | None = None,
         return s
     if mode == "sqrt":
         return math.sqrt(s)
+    if mode == "power":
+        return s ** POWER_EXPONENT
     check(mode)
     return 1.0 if noise_scale is None else adascale_gain(s, noise_scale, base_batch)
 

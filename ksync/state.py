@@ -29,6 +29,7 @@ applies ``lr * gain``. Linear scaling on BSP steps by the update's batches:
 import dataclasses
 import math
 
+from ksync.lr_scaling import stale_weight
 from ksync.rule import Rule
 
 
@@ -58,8 +59,9 @@ class UpdateState:
         self.nonfinite = 0
         self.pending = 0            # accepted gradients waiting for the round to commit
         self.pending_samples = 0.0
-        # The open round's samples, each gradient's discounted by 1 / (1 + staleness):
-        # its scale in base batches times the base batch (`ksync.lr_scaling.scale`).
+        # The open round's samples, each gradient's weighted for its staleness
+        # (`ksync.lr_scaling.stale_weight`): its scale in base batches times the base
+        # batch (`ksync.lr_scaling.scale`).
         self.pending_scaled = 0.0
         self.last_gain = 1.0  # gain of the last commit
         self.contributed = [-1] * num_workers  # version of the round each joined last
@@ -168,7 +170,8 @@ class UpdateState:
             return PushResult(False, 0.0, staleness, False, self.version)
         self.pending += 1
         self.pending_samples += samples
-        self.pending_scaled += samples / (1.0 + max(staleness, 0))
+        if self.scaling is not None:
+            self.pending_scaled += samples * stale_weight(self.scaling.mode, staleness)
         self.contributed[worker] = self.version
         committed = self.pending >= self.rule.k
         gain = self._commit() if committed else 1.0

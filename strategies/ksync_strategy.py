@@ -218,11 +218,12 @@ class KSyncStrategy(ParameterServerStrategyV2):
       lr_scaling: how far each update steps (`ksync.lr_scaling`): at every commit the
         PS applies the optimizer's update with its learning rate times a gain ``r``
         (SGD; ``sqrt(r)`` for Adam and the other adaptive optimizers), for that apply
-        only. "adascale": AdaScale's gain from the gradient noise the PS measures,
-        between 1 and the update's samples over ``base_batch``; "linear": that ratio;
-        "sqrt": its square root; None: the rate as given (every update steps as one
-        gradient would). "auto" (default): the policy's own, None for every
-        built-in rule (Adaptive too: "adascale" is an opt-in, see the user guide).
+        only. "power": ``S_0 ** (2/3)``, ``S_0`` the update's fresh samples over
+        ``base_batch``; "adascale": AdaScale's gain from the gradient noise the PS
+        measures, between 1 and the update's samples over ``base_batch``; "linear":
+        that ratio; "sqrt": its square root; None: the rate as given (every update
+        steps as one gradient would). "auto" (default): the policy's own, None for every
+        built-in rule, Adaptive included (the user guide says why).
       base_batch: samples the optimizer's learning rate is meant for (one worker's
         batch). None (default): with batch allocation the global batch over the
         workers, else the first pushed gradient's samples.

@@ -170,7 +170,11 @@ def _scaled_class(cls):
     """``cls`` with its learning-rate read multiplied by the traced apply's factor."""
     if cls not in _CLASSES:
         def factor(self, dtype):
-            return tf.cast(_FACTORS.by_id[id(self)], dtype)
+            # The class is swapped on the object, the factor is the tracing thread's:
+            # another thread reading the rate meanwhile (telemetry, an evaluation) gets
+            # the user's rate.
+            f = getattr(_FACTORS, "by_id", {}).get(id(self))
+            return tf.ones([], dtype) if f is None else tf.cast(f, dtype)
 
         if issubclass(cls, _LEGACY):
             def _decayed_lr(self, var_dtype):

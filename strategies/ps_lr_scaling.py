@@ -67,7 +67,7 @@ class PSLRScaling:
     """The learning-rate scaling state of one PS (see the module docstring).
 
     Args:
-      mode: "adascale", "linear" or "sqrt" (`ksync.lr_scaling.MODES`).
+      mode: "adascale", "power", "linear" or "sqrt" (`ksync.lr_scaling.MODES`).
       base_batch: samples the learning rate is meant for (one worker's batch); None:
         the first accepted push's samples.
       device: the rule task.
@@ -94,10 +94,17 @@ class PSLRScaling:
         samples = tf.cast(samples, tf.float64)
         base = tf.where(values[_BASE] > 0, values[_BASE],
                         tf.where(accepted, samples, tf.constant(0.0, tf.float64)))
-        fresh = 1.0 + tf.cast(tf.maximum(tf.cast(staleness, tf.int64), 0), tf.float64)
-        pending = values[_PENDING] + tf.where(accepted, samples / fresh,
+        pending = values[_PENDING] + tf.where(accepted, samples * self._stale_weight(staleness),
                                               tf.constant(0.0, tf.float64))
         return Decision(self._gain(values, pending, base), pending, base)
+
+    def _stale_weight(self, staleness):
+        """`ksync.lr_scaling.stale_weight` of a push's staleness (an integer tensor)."""
+        stale = tf.cast(staleness, tf.int64)
+        if self.mode == "power":
+            return tf.where(stale <= 0, tf.constant(1.0, tf.float64),
+                            tf.constant(0.0, tf.float64))
+        return 1.0 / (1.0 + tf.cast(tf.maximum(stale, 0), tf.float64))
 
     def pending(self, values) -> Decision:
         """The decision for the open round as it stands (a round committed because K
@@ -113,6 +120,8 @@ class PSLRScaling:
             return s
         if self.mode == "sqrt":
             return tf.sqrt(s)
+        if self.mode == "power":
+            return tf.pow(s, tf.constant(lr_scaling.POWER_EXPONENT, tf.float64))
         signal, trace = values[_SIGNAL], values[_TRACE]
         b = tf.math.divide_no_nan(trace, signal) / safe
         # No noise measured (trace <= 0): 1; no signal left: S (`noise_scale_of`).

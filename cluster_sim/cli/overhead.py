@@ -53,7 +53,8 @@ CONFIGS = {
     "asp+alloc": ("asp", True, "auto"),
     # the cost of scaling the learning rate at the commit, against the same rule without
     "bsp+linear": ("bsp", False, "linear"),
-    "adaptive-unscaled": ("adaptive", False, None),
+    "adaptive+adascale": ("adaptive", False, "adascale"),
+    "adaptive+power": ("adaptive", False, "power"),
     # The same rule with a Keras 3 model (strategies.keras3_fit) instead of tf_keras.
     "asp-keras3": ("asp", False, "auto"),
     "bsp-keras3": ("bsp", False, "auto"),

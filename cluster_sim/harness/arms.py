@@ -118,6 +118,8 @@ CONTENDERS = {
     "adaptive+alloc": Contender("Adaptive+alloc", "adaptive", allocation="forecast"),
     # The product's opt-in AdaScale gain on the PS (docs/user-guide.md, Learning rates).
     "adaptive+adascale": Contender("Adaptive+AdaScale", "adaptive", lr_scaling="adascale"),
+    # The PS's opt-in "power" gain (`ksync.lr_scaling`; the user guide, Learning rates).
+    "adaptive+power": Contender("Adaptive+power", "adaptive", lr_scaling="power"),
     "chao": Contender("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Contender("BSP+alloc(last)", "bsp", allocation="last"),
     "bsp+forecast": Contender("BSP+alloc(forecast)", "bsp", allocation="forecast"),

@@ -128,8 +128,8 @@ class SimConfig(TrainingConfig):
     chunk_overhead_s: float = 0.0
     same_batch_order: bool = False
     # Each commit applies ``learning_rate`` times the gain of ``lr_scaling``
-    # (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None; "auto" is the policy's
-    # own: None for every built-in rule, Adaptive included), ``batch_size``
+    # (`ksync.lr_scaling`: "adascale", "power", "linear", "sqrt" or None; "auto" is the
+    # policy's own: None for every built-in rule, Adaptive included), ``batch_size``
     # being the base batch, capped at ``max_lr`` when given. "auto" by default, as
     # `strategies.KSyncStrategy`'s PS applies it: the simulator runs what the product runs.
     lr_scaling: str | None = lr_scaling.AUTO

@@ -69,12 +69,14 @@ class Adaptive(Policy):
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
     predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
 
-    A run of Adaptive scales the learning rate at each commit by AdaScale's gain
-    (`lr_scaling`, `ksync.lr_scaling`; the strategy's or simulator's ``lr_scaling``
-    overrides it). Once the noise scale is measured the model then counts an update by
-    its progress in base steps (the gain the PS applies, at most AdaScale's) instead of
-    ``M / (M + B')``, and divides the staleness tolerance by the gain
-    (`ksync.goodput`); ``Context.lr_scaling`` says which scaling the run applies.
+    A run of Adaptive applies the user's learning rate as given unless the strategy's
+    or simulator's ``lr_scaling`` asks for a gain (`ksync.lr_scaling`). Under the
+    "power" gain ``S_0 ** (2/3)``, ``S_0`` the update's fresh samples over one worker's
+    batch, the model counts, once the noise scale is measured, what the larger step
+    adds to an update, charges a waiting round its gate, and holds stale gradients to
+    one tolerance (`ksync.goodput.PowerModel`); under "adascale", "linear" or "sqrt":
+    an update's progress in base steps, at most AdaScale's, and the tolerance divided
+    by the gain. ``Context.lr_scaling`` says which scaling the run applies.
 
     Args:
       refresh_every: updates between two decisions.
@@ -101,6 +103,11 @@ class Adaptive(Policy):
         `strategies.callbacks.KSyncLossCallback`, or the simulator's evaluation);
         without one the rule follows the goodput model alone.
       stall_margin: relative fall of the smoothed loss that counts as progress.
+      power_tolerance: under "power" scaling, the staleness (updates) at which a
+        gradient is worth half a fresh one, at any update size (`ksync.goodput.PowerModel`;
+        fitted with the scaling on the simulated benchmark's tuning seeds).
+      round_overhead_s: under "power" scaling, what a waiting round costs beyond its
+        K-th step: the gate's latency (20 ms on this project's loopback cluster).
 
     Example: the rule it starts with, and its decisions on four workers of 32 samples a
     step, one four times slower (here from BSP, as a user's earlier rule): K-async early
@@ -122,16 +129,18 @@ class Adaptive(Policy):
 
     name = "adaptive"
     first_refresh = 5
-    #: no scaling unless asked (``lr_scaling="adascale"``, `ksync.lr_scaling`): in the
-    #: simulator AdaScale made Adaptive 1.2-1.5x slower on 8 workers (its gain took
-    #: the step past tuned BSP's under momentum 0.9) and 1.3-1.9x faster on 64; the
-    #: default waits for the gain to account for momentum and for the fair race.
+    #: no scaling unless asked (``lr_scaling="power"`` or "adascale"): the "power" gain
+    #: made Adaptive as fast as the best tuned rule on 64 simulated workers and no
+    #: slower on 8, but a base rate of 0.08 (tuned BSP's on 8 workers) never reached
+    #: the target with it, and it reached the late target in 3 runs of 5 where the
+    #: unscaled rule reached it in 5 (docs/user-guide.md, Learning rates).
     lr_scaling = None
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
                  staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
                  noise_scale: float | None = None, hysteresis: float = 0.15,
-                 stall_updates: int | None = 200, stall_margin: float = 0.01):
+                 stall_updates: int | None = 200, stall_margin: float = 0.01,
+                 power_tolerance: float = 6.0, round_overhead_s: float = 0.02):
         check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
             raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
@@ -161,6 +170,12 @@ class Adaptive(Policy):
         self.hysteresis = float(hysteresis)
         self.stall_updates = stall_updates
         self.stall_margin = float(stall_margin)
+        try:
+            self.power = goodput.PowerModel(float(power_tolerance), float(round_overhead_s))
+        except (TypeError, ValueError):
+            raise ValueError(f"power_tolerance must be a number of updates > 0 and "
+                             f"round_overhead_s a number of seconds >= 0, got "
+                             f"{power_tolerance!r} and {round_overhead_s!r}.") from None
 
     def _model(self, context=None, measured: bool = True) -> dict:
         """The goodput model's parameters, as `goodput.forecast` and `goodput.rank` take
@@ -171,7 +186,8 @@ class Adaptive(Policy):
         scaling = context.lr_scaling if context is not None and measured else None
         base = context.base_batch if context is not None else None
         return dict(tolerance=self.staleness_tolerance, momentum=self.momentum,
-                    halving=self.gradients_halving, scaling=scaling, base_batch=base)
+                    halving=self.gradients_halving, scaling=scaling, base_batch=base,
+                    power=self.power)
 
     def _rule(self, num_workers):
         # Before anything is measured: the rule the model picks for equal workers whose
@@ -307,4 +323,6 @@ class Adaptive(Policy):
                 "staleness_tolerance": self.staleness_tolerance,
                 "gradients_halving": self.gradients_halving,
                 "noise_scale": self.noise_scale, "hysteresis": self.hysteresis,
-                "stall_updates": self.stall_updates, "stall_margin": self.stall_margin}
+                "stall_updates": self.stall_updates, "stall_margin": self.stall_margin,
+                "power_tolerance": self.power.tolerance,
+                "round_overhead_s": self.power.overhead_s}

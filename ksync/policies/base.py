@@ -91,7 +91,7 @@ class Context:
         across observations and in its checkpoints; `Adaptive` keeps its loss record
         there).
       lr_scaling: the learning-rate scaling the PS applies at each commit
-        (`ksync.lr_scaling`: "adascale", "linear", "sqrt" or None), which decides how
+        (`ksync.lr_scaling`: "adascale", "power", "linear", "sqrt" or None), which decides how
         far an update steps and so what it is worth (`Adaptive`'s model).
       base_batch: samples of the batch the learning rate is meant for (one worker's
         batch; None: unknown, the observed median batch stands in).
@@ -115,7 +115,8 @@ class Policy:
 
     name = "policy"
     #: the learning-rate scaling a run of this policy applies unless told otherwise
-    #: (`ksync.lr_scaling.resolve`): none for a fixed rule, whose rate the user tunes.
+    #: (`ksync.lr_scaling.resolve`): none for a fixed rule, whose rate the user tunes
+    #: (none for `Adaptive` either: the user guide says why).
     lr_scaling = None
     #: updates between two calls of `observe` (0: never observed).
     refresh_every = 0

@@ -144,7 +144,7 @@ def test_the_reference_state_commits_with_lr_times_the_gain():
 
 
 def test_a_run_scales_as_its_policy_says_unless_told():
-    assert lr_scaling.resolve("auto", ksync.Adaptive()) is None  # an opt-in
+    assert lr_scaling.resolve("auto", ksync.Adaptive()) is None
     assert lr_scaling.resolve("auto", ksync.KAsync(k=2)) is None
     assert lr_scaling.resolve(None, ksync.Adaptive()) is None
     # "auto" by default, as on the strategy's PS: the policy's own.
@@ -257,18 +257,97 @@ def test_adaptive_models_the_scaling_its_run_applies_once_the_noise_is_measured(
     assert all(f.gain == 1.0 for f in policy.forecasts(unmeasured, scaled))
 
 
-def test_the_adascale_arm_runs_adaptive_with_the_gain_and_the_plain_arm_without(data):
-    """``adaptive+adascale`` in the benchmark is the product's opt-in: the same policy,
-    its commits scaled by the PS's AdaScale gain; ``adaptive`` keeps the rate as given."""
+def test_the_arms_run_adaptive_unscaled_or_with_the_power_or_adascale_gain(data):
+    """``adaptive`` in the benchmark is the product's default (the rate as given),
+    ``adaptive+power`` and ``adaptive+adascale`` the PS's opt-in gains."""
     from cluster_sim.cli.bench_matrix import simulate_arm
     from cluster_sim.harness.arms import CONTENDERS
     from cluster_sim.harness.config import RunConfig
     config = SimConfig(num_workers=8, max_pushes=8 * 120, eval_every=80,
                        stop_at_target=False, speeds=(1.0,), learning_rate=0.02)
-    scaled = simulate_arm(CONTENDERS["adaptive+adascale"].arm(), config, data, RunConfig())
-    plain = simulate_arm(CONTENDERS["adaptive"].arm(), config, data, RunConfig())
-    assert scaled["policy"] == "Adaptive+AdaScale" and plain["policy"] == "Adaptive"
-    # Progress in base steps is counted only where the PS scales (a stale gradient's
-    # samples count 1 / (1 + staleness), so K-async's gain may stay at its floor of 1).
-    assert scaled["curve"][-1]["progress"] > 0 and "lr_gain" in scaled["curve"][-1]
-    assert all("lr_gain" not in point for point in plain["curve"])
+    runs = {name: simulate_arm(CONTENDERS[name].arm(), config, data, RunConfig())
+            for name in ("adaptive", "adaptive+adascale", "adaptive+power")}
+    assert [r["policy"] for r in runs.values()] == [
+        "Adaptive", "Adaptive+AdaScale", "Adaptive+power"]
+    # Progress in base steps is counted only where the PS scales.
+    for name in ("adaptive+power", "adaptive+adascale"):
+        assert runs[name]["curve"][-1]["progress"] > 0 and "lr_gain" in runs[name]["curve"][-1]
+    assert all("lr_gain" not in point for point in runs["adaptive"]["curve"])
+
+
+# -- "power": the measured scaling law, fresh samples only, and its goodput model --------
+def test_power_steps_at_s_to_the_two_thirds_and_gives_stale_gradients_no_gain():
+    # The best rates tuned for BSP on 8 and 64 workers from base 0.02: 0.08 and 0.32.
+    assert 0.02 * lr_scaling.gain("power", 8.0) == pytest.approx(0.08)
+    assert 0.02 * lr_scaling.gain("power", 64.0) == pytest.approx(0.32)
+    assert lr_scaling.gain("power", 0.5) == 1.0   # never below the base step
+    assert LRScaling("power", 32).commit(8.0) == pytest.approx(4.0)   # no warm-up
+    # In the reference state a round's gain counts its fresh gradients' samples only:
+    # K=3 async, three fresh gradients of 32 -> S = 3; then three read before that
+    # commit (staleness 1) -> S = 0, the floor of 1; then one stale and two fresh -> 2.
+    stale = ksync.UpdateState(3, Rule(k=3, wait=False), LRScaling("power", 32))
+    for _ in range(3):
+        stale.push(0, 0, 32.0)  # version 0, 0, 0: fresh, fresh, fresh
+    assert stale.last_gain == pytest.approx(3.0 ** (2 / 3))
+    results = [stale.push(w, 0, 32.0) for w in range(3)]  # all read version 0, now 1
+    assert results[-1].committed and results[-1].gain == 1.0
+    results = [stale.push(0, 1, 32.0), stale.push(1, 2, 32.0), stale.push(2, 2, 32.0)]
+    assert results[-1].committed and results[-1].gain == pytest.approx(2.0 ** (2 / 3))
+
+
+def test_power_worth_is_the_loss_a_quadratic_step_removes_against_the_base_step():
+    """On a quadratic ``h w^2 / 2`` whose best step is ``r`` times the base step ``1 /
+    (h r)``, the best step removes ``r^2 / (2 r - 1)`` times the loss the base one does
+    (`ksync.goodput.power_worth` with exponent 1)."""
+    h, w0 = 3.0, 2.0
+    g = h * w0
+
+    def removed(step):
+        w = w0 - step * g
+        return h * w0 ** 2 / 2 - h * w ** 2 / 2
+
+    for r in (1.0, 2.0, 4.0, 16.0):
+        base = 1.0 / (h * r)
+        assert removed(r * base) / removed(base) == pytest.approx(
+            goodput.power_worth(r, exponent=1.0))
+    assert goodput.power_worth(0.5) == 1.0
+    with pytest.raises(ValueError, match="PowerModel"):
+        goodput.PowerModel(tolerance=0.0)
+
+
+def test_the_power_model_charges_a_waiting_round_its_gate_and_gives_async_fresh_gains():
+    times, batches = [0.1] * 64, [32] * 64
+    power = goodput.PowerModel(tolerance=6.0, overhead_s=0.02, exponent=0.8)
+    bsp = goodput.forecast(Rule(k=64, wait=True, max_staleness=0), times, batches, 640.0,
+                           tolerance=14.0, momentum=0.9, scaling="power", base_batch=32,
+                           power=power)
+    assert bsp.updates_per_s == pytest.approx(1 / 0.12)
+    assert bsp.gain == pytest.approx(16.0)
+    assert bsp.batch_efficiency == pytest.approx(
+        goodput.batch_efficiency(2048, goodput.per_update(640.0, 0.9))
+        * goodput.power_worth(16.0, 0.8))
+    # K-async on 64 equal workers: every gradient about 63 / 16 updates stale, none
+    # fresh, so no gain, and the one tolerance of the model.
+    kasync = goodput.forecast(Rule(k=16, wait=False, max_staleness=8), times, batches,
+                              640.0, tolerance=14.0, momentum=0.9, scaling="power",
+                              base_batch=32, power=power)
+    assert kasync.gain == 1.0 and kasync.tolerance == 6.0
+    # On 64 equal workers with the step scaled, waiting for all pays; on 8 workers of
+    # which two are 3.4x slower an asynchronous rule does (the simulated race's verdict
+    # at the rates tuned for each, which the model was fitted to).
+    ranked = goodput.rank(times, batches, 640.0, tolerance=14.0, momentum=0.9,
+                          halving=25.0, scaling="power", base_batch=32, power=power)
+    assert ranked[0].rule.wait and ranked[0].rule.k == 64
+    static8 = [0.127, 0.127, 0.23, 0.436, 0.127, 0.128, 0.229, 0.434]
+    ranked = goodput.rank(static8, [32] * 8, 300.0, tolerance=14.0, exposure=0.9,
+                          momentum=0.9, halving=25.0, scaling="power", base_batch=32,
+                          power=power)
+    assert not ranked[0].rule.wait
+
+
+def test_adaptive_takes_the_power_models_constants_and_refuses_bad_ones():
+    policy = ksync.Adaptive(power_tolerance=5.0, round_overhead_s=0.0)
+    assert policy.power == goodput.PowerModel(5.0, 0.0)
+    assert ksync.Adaptive(**policy.get_config()).power == policy.power
+    with pytest.raises(ValueError, match="power_tolerance"):
+        ksync.Adaptive(power_tolerance=-1.0)

@@ -39,6 +39,8 @@ def _pusher(state, var, direct=False):
     ("linear", ksync.KAsync(k=3), 16.0),
     ("sqrt", ksync.SSP(max_staleness=2, stale_action="downweight"), 16.0),
     ("linear", ksync.ASP(), 16.0),            # K = 1, the direct path (locked)
+    ("power", ksync.KSync(k=3), 16.0),
+    ("power", ksync.KAsync(k=3), None),       # stale gradients count no samples
 ], ids=lambda x: repr(x) if not isinstance(x, float) else f"b0={x}")
 def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch,
                                                         record_property):
@@ -178,11 +180,12 @@ def test_linear_bsp_equals_one_process_at_the_scaled_rate(cluster, name):
 def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
     """Adaptive with AdaScale (an opt-in) at each commit; telemetry, explain and History
     show the gain, the rate applied and the progress; the optimizer's variable keeps the
-    user's rate. The default: no scaling."""
+    user's rate. By default (Adaptive and the fixed rules): no scaling."""
     import tf_keras as keras
     from strategies import KSyncStrategy, KSyncTelemetryCallback
     from test_drop_in import DATA, check_counters, mlp_model
-    assert KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive()).lr_scaling is None
+    default = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive())
+    assert default.lr_scaling is None and default.controller.lr_scaling is None
     strategy = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive(refresh_every=10),
                              lr_scaling="adascale")
     assert strategy.lr_scaling == "adascale"
@@ -208,6 +211,32 @@ def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
     assert "lr scaling adascale: gain" in strategy.explain()
     bsp = KSyncStrategy(cluster.resolver(), policy=ksync.BSP())
     assert bsp.lr_scaling is None and bsp.controller.lr_scaling is None
+
+
+def test_another_thread_reads_the_users_rate_while_a_commit_is_traced():
+    """While the PS traces a scaled apply (the optimizer's class swapped for the
+    trace), a read of the rate from another thread (telemetry, the harness's evaluator)
+    gets the user's rate, not an error; the tracing thread gets the scaled one."""
+    import threading
+    import tf_keras as keras
+    from strategies.lr_scope import _scaled, current_learning_rate
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    inside, done, seen = threading.Event(), threading.Event(), {}
+
+    def trace():
+        with _scaled(optimizer, tf.constant(4.0, tf.float64), lambda v, g: None):
+            seen["tracing"] = current_learning_rate(optimizer)
+            inside.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=trace)
+    thread.start()
+    assert inside.wait(30)
+    seen["other"] = current_learning_rate(optimizer)
+    done.set()
+    thread.join(30)
+    assert seen["tracing"] == pytest.approx(0.4) and seen["other"] == pytest.approx(0.1)
+    assert current_learning_rate(optimizer) == pytest.approx(0.1)
 
 
 def test_an_update_not_made_by_a_keras_optimizer_is_refused_under_scaling():
