@@ -407,7 +407,8 @@ def race_page(*store_dirs) -> str:
             "under 5 seeds the range (min-max) around the median; from 5 seeds a 90% t "
             "interval on the logs around the geometric mean (the median's order-statistic "
             "interval where a run never reached). Ratios are paired by seed: below 1 the "
-            "first is faster. `never`: did not reach the target within the run's pushes."]
+            "first is faster. `never`: did not reach the target within the run's pushes "
+            "(or its time budget, where the store says one)."]
     return "\n\n".join(["\n".join(head), *(store_section(d) for d in store_dirs)]) + "\n"
 
 
