@@ -393,8 +393,26 @@ def store_section(store_dir) -> str:
     for argv in meta.get("replaced_by", ()):
         lines += ["", f"The runs of the rules (and seeds) of `{' '.join(argv)}` replace the "
                       "first command's."]
-    sections = [scenario_tables(meta, key, runs) for key, runs in rows.items()]
+    sections = [(reference_note if key.endswith(REFERENCE) else scenario_tables)(
+        meta, key, runs) for key, runs in rows.items()]
     return "\n".join(lines) + "\n\n" + "\n\n".join(sections)
+
+
+#: The key suffix of a store's reference runs (`cluster_sim.cli.event_reference`).
+REFERENCE = "_reference"
+
+
+def reference_note(meta: dict, key: str, rows: list) -> str:
+    """What a store's reference runs are: tuned BSP without fraction events on the
+    tuning seeds, whose median time to target placed the scenario's events and its time
+    budget (the scenario's own section says the seconds)."""
+    entry = meta["stores"][key]
+    seeds = sorted({r["seed"] for r in rows})
+    return (f"### {entry['scenario']}, {entry['workers']} simulated workers: the reference "
+            f"run\n\n{len(rows)} runs of BSP without the events placed at fractions of a "
+            f"run, over its learning-rate grid on seeds {seeds_text(seeds)}: tuned BSP's "
+            "median time to target there is what those events, and a time budget where "
+            "the scenario's section says one, are fractions and multiples of.")
 
 
 def race_page(*store_dirs) -> str:

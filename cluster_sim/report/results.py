@@ -186,14 +186,19 @@ def curve_tta(curve, target_loss=None, target_accuracy=None, window=TTA_WINDOW) 
     >>> r = curve_tta(dip, target_loss=0.5, window=3)   # one dip under 0.5: not reached
     >>> r["tta_s"], round(r["tta_first_s"], 2)
     (None, 4.86)
+    >>> diverged = [{"wall_s": 0.0, "loss": 2.3, "accuracy": 0.1},   # as a store keeps NaN
+    ...             {"wall_s": 1.0, "loss": None, "accuracy": 0.1}]
+    >>> curve_tta(diverged, target_loss=0.5)["tta_s"] is None
+    True
     """
     times = [float(p["wall_s"]) for p in curve]
 
     def crossing(key, target, below, w):
         if target is None or not curve:
             return None
-        return crossing_time(times, trailing_mean([float(p[key]) for p in curve], w),
-                             float(target), below=below)
+        # A stored run keeps a NaN loss (a diverged run) as null: it reaches nothing.
+        values = [math.nan if p[key] is None else float(p[key]) for p in curve]
+        return crossing_time(times, trailing_mean(values, w), float(target), below=below)
 
     tta_acc = crossing("accuracy", target_accuracy, False, window)
     tta = crossing("loss", target_loss, True, window) if target_loss is not None else tta_acc

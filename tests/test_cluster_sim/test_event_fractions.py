@@ -139,8 +139,11 @@ def test_a_time_budget_in_multiples_of_the_reference_stops_a_slow_arm(tmp_path, 
     assert slow["tta_s"] is None and slow["wall_s"] <= budget + 1.0, slow["wall_s"]
     from cluster_sim.cli import bench_tables
     bench_tables.export(out, tmp_path / "store")  # the compact store's tables say it
-    assert f"{budget:.4g} simulated s (`--time-budget`" in bench_tables.store_section(
-        tmp_path / "store")
+    section = bench_tables.store_section(tmp_path / "store")
+    assert f"{budget:.4g} simulated s (`--time-budget`" in section
+    # The reference's runs are named as such, not shown as an unfinished matrix.
+    assert "4 simulated workers: the reference run" in section
+    assert "No reported run yet" not in section
     with pytest.raises(ValueError, match="give seconds .* or a multiple"):
         event_reference.parse_budget("fast")
     assert main(["bench", "policies", "--scenario", str(path), "--arms", "bsp",
