@@ -272,9 +272,9 @@ def _open_sim_stores(args, plan, costs, out, log) -> list[_Cell]:
                 s, us, run_config, costs, c, bench_config.allocates(plan.specs))
             measured = {}
 
-            def reference(bare, n=n, store_dir=store_dir, config=config,
-                          run_config=run_config, data=data, conditions=conditions):
-                # Events and the budget share one reference: measured once per cell.
+            def reference(bare):
+                # Events and the budget share one reference: measured once per cell
+                # (both calls below come before the loop moves on).
                 if not measured:
                     measured["it"] = events_reference(
                         bare, n, out / f"{store_dir.name[:-5]}_reference_runs", conditions,
@@ -329,7 +329,8 @@ def _simulated_section(args, plan, cell, costs, out, meta, summary, deadline, lo
     text += incomplete_note(missing, total, store.directory, log)
     summary["scenarios"][f"{name}@{n}"] = dict(
         data_, us_per_sample=cell.us, missing_runs=missing, events=scenario.summary(),
-        time_budget_s=cell.config.max_time_s, tuned_settings=tuned_settings(plan.tuned[name, n]))
+        time_budget_s=cell.config.max_time_s,
+        tuned_settings=tuned_settings(plan.tuned[name, n]))
     log("\n" + text + "\n")
     return text
 
@@ -445,7 +446,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="early", metavar="early|late|LOSS",
                         help="the validation loss that ends a run: the workload's own "
                              "('early', default), its late target near convergence "
-                             "('late': teacher 0.75, ~8x the early target's BSP updates, ctr 0.465: "
+                             "('late': teacher 0.75, ~8x the early target's BSP updates, "
+                             "ctr 0.465: "
                              "raise --max-pushes) or a loss. A run to a lower target also "
                              "holds the time to every higher one (`bench tables`)")
     parser.add_argument("--seeds", default="3",

@@ -97,10 +97,10 @@ def tune(arms, scenario, run_config, seeds, log, what, num_workers, staged=False
 def events_reference(scenario, n, store_dir, conditions, config, run_config, data, lr_grid,
                      tune_seeds, args, log):
     """``(seconds, how)``: the reference run of events at fractions of a run and of a
-    time budget in multiples of it (`cluster_sim.cli.event_reference`): tuned BSP's median time to target on
-    ``scenario`` (without those events) on ``n`` simulated workers, over the tuning seeds
-    (100-102 without), its runs kept in ``store_dir`` under ``conditions(scenario,
-    config)``."""
+    time budget in multiples of it (`cluster_sim.cli.event_reference`): tuned BSP's
+    median time to target on ``scenario`` (without those events) on ``n`` simulated
+    workers, over the tuning seeds (100-102 without), its runs kept in ``store_dir``
+    under ``conditions(scenario, config)``."""
     from cluster_sim.cli.run_store import RunStore
     seeds = list(tune_seeds) or list(event_reference.DEFAULT_SEEDS)
     config = dataclasses.replace(config, scenario=scenario)
