@@ -4,9 +4,9 @@ Built-ins: ``homogeneous``, ``static``, ``slow3x``, ``trace``, ``colocated``, ``
 ``churn`` (4 workers, digits: the demo's and the tests'), ``ctr_small`` (the held-out
 ``ctr`` workload on 2 workers and 2 PS tasks, for tests), and the benchmark's 8-worker set
 ``bench/<name>`` (`bench_names`: the same seven names plus ``colocated_usage``, on the
-``teacher`` workload, and ``ctr_static``, the held-out workload on 2 PS tasks; see
-``bench/README.md``). Every problem raises ``ValueError`` naming
-the file and the key.
+``teacher`` workload, and each of them as ``bench/ctr_<name>``: the same cluster on the
+held-out ``ctr`` workload, on 2 PS tasks, `HELD_OUT`; see ``bench/README.md``). Every
+problem raises ``ValueError`` naming the file and the key.
 
 TOML keys (all optional except ``workers``)::
 
@@ -78,6 +78,9 @@ Example:
 >>> b = load_scenario("bench/static", overrides={"us_per_sample": 2000.0})
 >>> b.name, b.num_workers, b.data, b.us_per_sample
 ('bench/static', 8, 'teacher', 2000.0)
+>>> h = load_scenario("bench/ctr_trace")
+>>> h.data, h.num_ps, h.speeds_at(0) == load_scenario("bench/trace").speeds_at(0)
+('ctr', 2, True)
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ import math
 import pathlib
 import tomllib
 
-from cluster_sim.ctr import CTR_TARGETS
+from cluster_sim.ctr import CTR_TARGETS, CTR_TRAINING
 from cluster_sim.scenarios.machine_usage import machine_speeds, usage_file, usage_schedules
 from cluster_sim.scenarios.model import (Event, RelativeEvent, Scenario, SpeedSchedule,
                                          check_event_order, event_order)
@@ -110,6 +113,18 @@ _DATASETS = ("digits", "teacher", "ctr")
 _TRAINING = TrainingConfig()  # what a file leaves out
 _NAMED_TARGETS = {"ctr": tuple(CTR_TARGETS)}
 
+#: The held-out workload's benchmark scenarios (issue 46): ``bench/ctr_<name>`` is
+#: ``bench/<name>``'s cluster (speeds, trace, events) training the ``ctr`` model
+#: (`cluster_sim.ctr`) at its own settings (`CTR_TRAINING`), its embedding tables sharded
+#: over 2 PS tasks, to its early target. One file per cluster, so every cluster has both
+#: workloads and they cannot drift apart. The run's defaults: BSP at lr 0.05 needs ~1,600
+#: rounds (12,800 pushes on 8 workers) to the early target, ~3,000 to the late one.
+HELD_OUT = {"prefix": "ctr_", "data": "ctr", "ps": 2, "target": "early",
+            "model": {"hidden": list(CTR_TRAINING["hidden"])},
+            "training": {k: CTR_TRAINING[k]
+                         for k in ("batch_size", "learning_rate", "momentum")},
+            "max_pushes": 40000, "time_budget_s": 3600.0}
+
 
 def builtin_names() -> list[str]:
     """Names of the scenarios shipped in ``cluster_sim/scenarios/*.toml`` (4 workers)."""
@@ -120,10 +135,24 @@ def bench_names() -> list[str]:
     """Names of the benchmark's 8-worker scenarios, ``bench/<stem>`` of
     ``cluster_sim/scenarios/bench/*.toml``.
 
-    >>> "bench/trace" in bench_names() and "bench/colocated_usage" in bench_names()
+    >>> "bench/trace" in bench_names() and "bench/ctr_colocated_usage" in bench_names()
     True
     """
-    return sorted(f"bench/{p.stem}" for p in BENCH_DIR.glob("*.toml"))
+    stems = [p.stem for p in BENCH_DIR.glob("*.toml")]
+    return sorted(f"bench/{p}{s}" for s in stems for p in ("", HELD_OUT["prefix"]))
+
+
+def _held_out(name: str, table: dict) -> dict:
+    """``bench/<base>``'s ``table`` as the held-out scenario ``name`` (`HELD_OUT`)."""
+    table = dict(table, name=name, description=(
+        f"{table.get('description', '')}; the held-out ctr workload, 2 PS tasks"))
+    table.pop("target_accuracy", None)  # a teacher target: ctr's are losses
+    for key, value in HELD_OUT.items():
+        if isinstance(value, dict):
+            table[key] = dict(table.get(key, {}), **value)
+        elif key != "prefix":
+            table[key] = value
+    return table
 
 
 def load_scenario(name_or_path, traces_dir=None, machine_usage=None,
@@ -143,8 +172,12 @@ def load_scenario(name_or_path, traces_dir=None, machine_usage=None,
     """
     text = str(name_or_path)
     path = pathlib.Path(text)
+    held_out = None
     if not (path.suffix == ".toml" or path.exists()):
         path = BUILTIN_DIR / f"{text}.toml"
+        base = text.removeprefix("bench/" + HELD_OUT["prefix"])
+        if not path.exists() and text.startswith("bench/") and base != text:
+            path, held_out = BENCH_DIR / f"{base}.toml", text
         if not path.exists():
             raise ValueError(f"unknown scenario {text!r}: not a file and not a built-in "
                              f"({', '.join(builtin_names() + bench_names())})")
@@ -155,6 +188,8 @@ def load_scenario(name_or_path, traces_dir=None, machine_usage=None,
             table = tomllib.load(fh)
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: malformed TOML: {err}") from None
+    if held_out:
+        table = _held_out(held_out, table)
     for key, value in (overrides or {}).items():
         *sections, last = str(key).split(".")
         tbl = table

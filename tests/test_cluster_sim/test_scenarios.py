@@ -19,8 +19,9 @@ SHARED_TRACES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "traces
 SHARED_USAGE = SHARED_TRACES.parent / "alibaba2018_machine_usage"
 HAVE_USAGE = usage_file(SHARED_USAGE).is_file()
 NO_USAGE = "../shared/traces/alibaba2018_machine_usage not present (it is never shipped)"
-BENCH = {"homogeneous", "static", "slow3x", "trace", "colocated", "colocated_usage", "pause",
-         "churn", "ctr_static"}
+CLUSTERS = {"homogeneous", "static", "slow3x", "trace", "colocated", "colocated_usage", "pause",
+            "churn"}
+BENCH = CLUSTERS | {f"ctr_{n}" for n in CLUSTERS}  # each cluster on the held-out workload
 
 MINIMAL = "workers = 2\n"
 
@@ -221,15 +222,21 @@ def test_blackbox_inject_mode(tmp_path):
 def test_bench_set_is_complete_and_every_file_loads_with_8_workers():
     assert set(bench_names()) == {f"bench/{n}" for n in BENCH}
     for name in bench_names():
-        if name == "bench/colocated_usage" and not HAVE_USAGE:
+        if name.endswith("colocated_usage") and not HAVE_USAGE:
             continue  # its own tests below
         s = load_scenario(name)
         held_out = name.startswith("bench/ctr_")  # the held-out workload, on 2 PS tasks
         assert (s.name, s.num_workers, s.data, s.num_ps) == (
             name, 8, "ctr" if held_out else "teacher", 2 if held_out else 1)
+        if held_out:  # the teacher cluster's speeds and events, nothing of its workload
+            cluster = load_scenario(name.replace("ctr_", ""))
+            assert (s.slowdowns, s.events, s.relative_events) == (
+                cluster.slowdowns, cluster.events, cluster.relative_events)
+            assert (s.hidden, s.learning_rate, s.target) != (
+                cluster.hidden, cluster.learning_rate, cluster.target)
         assert load_scenario(s.name) == s  # the name in a results file loads it again
         # 1.0 = the reference; a trace's fastest median is 1.0, its fast moments a bit more.
-        assert all(0 < v <= (1.2 if name == "bench/trace" else 1.0) for v in s.speeds_at(0.0))
+        assert all(0 < v <= (1.2 if name.endswith("trace") else 1.0) for v in s.speeds_at(0.0))
         assert s.momentum > 0
     # The 4-worker files keep their meaning: many tests use them.
     assert load_scenario("static").speeds_at(0) == [1.0, 1.0, 0.5, 0.25]
@@ -244,9 +251,10 @@ def test_bench_set_is_complete_and_every_file_loads_with_8_workers():
 
 
 def test_ctr_scenarios_shard_over_2_ps_and_choose_a_target():
-    """The held-out workload's files: bench/ctr_static is bench/static's speeds with the
-    ctr model and training settings (`cluster_sim.ctr.CTR_TRAINING`) on 2 PS tasks, to
-    the early target unless told ``target = "late"``; ctr_small is the tests' 2 x 2."""
+    """The held-out workload's scenarios: bench/ctr_static is bench/static's speeds with
+    the ctr model and training settings (`cluster_sim.ctr.CTR_TRAINING`) on 2 PS tasks,
+    to the early target unless told ``target = "late"``; ctr_small is the tests' 2 x 2.
+    A name with the prefix and no cluster of that name is refused."""
     from cluster_sim.ctr import CTR_TARGETS, CTR_TRAINING
     from cluster_sim.harness.config import RunConfig, targets
     from cluster_sim.workloads import load
@@ -270,6 +278,8 @@ def test_ctr_scenarios_shard_over_2_ps_and_choose_a_target():
         CTR_TARGETS["early"]["loss"]
     with pytest.raises(ValueError, match="has no target 'late'"):
         targets(RunConfig(target="late"), load("teacher", train_size=10, test_size=10))
+    with pytest.raises(ValueError, match="unknown scenario 'bench/ctr_nowhere'.*bench/ctr_trace"):
+        load_scenario("bench/ctr_nowhere")
 
 
 def test_bench_static_spans_4x_and_the_others_are_what_they_say():
