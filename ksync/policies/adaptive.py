@@ -119,6 +119,12 @@ class Adaptive(Policy):
         fitted with the scaling on the simulated benchmark's tuning seeds).
       round_overhead_s: under "power" scaling, what a waiting round costs beyond its
         K-th step: the gate's latency (20 ms on this project's loopback cluster).
+      loss_step: under a learning-rate scaling, let the loss move the step: the rules
+        it chooses carry a factor of the commit's gain (`ksync.Rule.lr_factor`, 1 at
+        the start) that `step_factor` halves when the smoothed loss rises 10 % above
+        its lowest or is not finite, and at a loss stall with no larger update left
+        (down to 1/8 there). An opt-in (the arm ``adaptive+step``; docs/design-notes.md,
+        "A step the loss moves"). No effect without a scaling or without a loss.
 
     Example: the rule it starts with, and its decisions on four workers of 32 samples a
     step, one four times slower (here from BSP, as a user's earlier rule): K-async early
