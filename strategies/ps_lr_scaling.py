@@ -167,9 +167,11 @@ def _times(gain, factor):
 
 def describe(values: dict) -> dict:
     """The telemetry of a state vector read as ``{slot: value}``: the last gain, the
-    progress in base steps, the base batch and the faded noise scale the gains use."""
+    progress in base steps, the rule's gain factor, the base batch and the faded noise
+    scale the gains use."""
     noise = lr_scaling.noise_scale_of(values["signal"], values["trace"])
     return {"gain": values["last_gain"], "progress": values["progress"],
+            "factor": values.get("factor", 1.0),   # the rule's (`ksync.Rule.lr_factor`)
             "base_batch": values["base_batch"] or None,
             "noise_scale": None if noise is None or noise == float("inf") else noise,
             "warmup": min(1.0, values["rounds"] / lr_scaling.WARMUP_ROUNDS),
