@@ -60,6 +60,12 @@ signal left (``|G|^2 <= 0`` over the window: noise dominates) the gain is ``S``;
 measured noise (``tr(S) <= 0``) it is 1. ``"linear"`` and ``"sqrt"`` are the user's
 explicit rules and have no warm-up (a warm-up of the rate is the user's schedule).
 
+**A factor set by the rule.** A `ksync.Rule` carries ``lr_factor`` (1.0 by default):
+the commit's gain is ``lr_factor * r`` (on the PS too). It is how a policy moves the step
+from the loss: `ksync.Adaptive` with ``loss_step`` halves it when the smoothed loss rises
+and at a loss stall with no larger update left, so a base rate that is too high is
+corrected (a factor below 1) and the noise floor falls late in training.
+
 **Progress** is counted in scale-invariant iterations: the sum of the applied gains
 (`LRScaling.progress`), the base-batch steps the run's updates are worth.
 
@@ -263,16 +269,17 @@ class LRScaling:
         """The smoothed noise scale the gain uses (samples; see `noise_scale_of`)."""
         return noise_scale_of(self.signal, self.trace)
 
-    def gain(self, scale_: float) -> float:
-        """The gain an update of scale ``S`` gets now (warm-up included), not counted."""
+    def gain(self, scale_: float, factor: float = 1.0) -> float:
+        """The gain an update of scale ``S`` gets now (warm-up included) times the
+        rule's ``factor`` (`ksync.Rule.lr_factor`), not counted."""
         full = gain(self.mode, scale_, self.noise_scale(), self.base_batch)
         if self.mode == "adascale":
-            return 1.0 + self.warmup() * (full - 1.0)
-        return full
+            full = 1.0 + self.warmup() * (full - 1.0)
+        return full * float(factor)
 
-    def commit(self, scale_: float) -> float:
-        """The gain of a commit of scale ``S``, counted in `progress`."""
-        r = self.gain(scale_)
+    def commit(self, scale_: float, factor: float = 1.0) -> float:
+        """The gain of a commit of scale ``S`` (times ``factor``), counted in `progress`."""
+        r = self.gain(scale_, factor)
         self.progress += r
         self.commits += 1
         self.last_gain = r

@@ -14,6 +14,7 @@ Example:
 """
 
 import dataclasses
+import math
 
 STALE_ACTIONS = ("drop", "downweight")
 
@@ -32,6 +33,11 @@ class Rule:
       staleness_scaling: weight every accepted gradient 1 / (1 + staleness), the
         staleness-aware learning rate of Zhang et al. (2016): asynchrony acts like extra
         momentum, and without it K-async over many workers diverges with momentum 0.9.
+      lr_factor: a multiplier of the learning-rate gain of every commit under this rule
+        (a number > 0, below 1 to step less than the user's rate; `ksync.lr_scaling`:
+        the commit's gain is ``lr_factor * r``). No effect on a run that does not scale
+        its rate. `ksync.Adaptive` sets it from the loss (``loss_step``): halved when
+        the smoothed loss rises, and at a loss stall with no larger update left.
     """
 
     k: int
@@ -39,6 +45,7 @@ class Rule:
     max_staleness: int | None = None
     stale_action: str = "drop"
     staleness_scaling: bool = False
+    lr_factor: float = 1.0
 
     def __post_init__(self):
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
@@ -47,6 +54,10 @@ class Rule:
                 not isinstance(self.max_staleness, int) or self.max_staleness < 0):
             raise ValueError("max_staleness must be None (unbounded) or an integer >= 0, got "
                              f"{self.max_staleness!r}.")
+        if not (isinstance(self.lr_factor, (int, float)) and not isinstance(self.lr_factor, bool)
+                and math.isfinite(self.lr_factor) and self.lr_factor > 0):
+            raise ValueError(f"lr_factor must be a finite number > 0 (a multiplier of the "
+                             f"learning-rate gain; 1.0: none), got {self.lr_factor!r}.")
         if self.stale_action not in STALE_ACTIONS:
             raise ValueError(f"stale_action must be one of {STALE_ACTIONS}, got "
                              f"{self.stale_action!r}.")
@@ -62,4 +73,5 @@ class Rule:
         bound = "unbounded" if self.max_staleness is None else (
             f"{self.stale_action} beyond staleness {self.max_staleness}")
         scaling = ", weight 1/(1+staleness)" if self.staleness_scaling else ""
-        return f"K={self.k} {mode}, {bound}{scaling}"
+        factor = "" if self.lr_factor == 1.0 else f", lr gain x {self.lr_factor:.3g}"
+        return f"K={self.k} {mode}, {bound}{scaling}{factor}"

@@ -91,9 +91,11 @@ class UpdateState:
 
     def _commit(self) -> float:
         """Apply the open round: its gain (`ksync.lr_scaling.LRScaling.commit` on its
-        staleness-discounted samples), counters and version."""
+        staleness-discounted samples, times the rule's ``lr_factor``), counters and
+        version."""
         self.last_gain = (1.0 if self.scaling is None else
-                          self.scaling.commit(self.pending_scaled / self.scaling.base_batch))
+                          self.scaling.commit(self.pending_scaled / self.scaling.base_batch,
+                                              self.rule.lr_factor))
         self.applied += self.pending
         self.pending = 0
         self.pending_samples = 0.0

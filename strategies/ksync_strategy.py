@@ -471,6 +471,8 @@ class KSyncStrategy(ParameterServerStrategyV2):
         """The PS's copy of the rule and the controller's were restored together (a
         checkpoint): the PS runs the controller's rule."""
         self.rule_loop.ps_rule = self.controller.rule
+        if self._state.lr_scaling is not None:  # its gain factor is not in checkpoints
+            self._state.lr_scaling.set_factor(self.controller.rule.lr_factor)
 
     # -- state for checkpoints and shutdown --------------------------------------------
     def checkpoint_objects(self, model) -> dict:

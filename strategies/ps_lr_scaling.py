@@ -71,9 +71,10 @@ class PSLRScaling:
       base_batch: samples the learning rate is meant for (one worker's batch); None:
         the first accepted push's samples.
       device: the rule task.
+      factor: the first rule's gain factor (`ksync.Rule.lr_factor`).
     """
 
-    def __init__(self, mode, base_batch, device):
+    def __init__(self, mode, base_batch, device, factor: float = 1.0):
         lr_scaling.check(mode)
         if mode is None:
             raise ValueError("PSLRScaling needs a scaling mode; without one the PS keeps "
@@ -85,18 +86,28 @@ class PSLRScaling:
         with tf.init_scope(), tf.device(device):
             self.variable = tf.Variable(tf.constant(initial, tf.float64), trainable=False,
                                         name="ksync/lr_scaling")
+            # The rule's gain factor (`ksync.Rule.lr_factor`), set with the rule. Not in
+            # checkpoints: the rule restored with the controller sets it again, and
+            # checkpoints written before the factor existed restore unchanged.
+            self.factor = tf.Variable(tf.constant(float(factor), tf.float64), trainable=False,
+                                      name="ksync/lr_factor")
 
-    def decide(self, values, accepted, samples, staleness) -> Decision:
+    def set_factor(self, factor: float) -> None:
+        """Set the rule's gain factor (`ksync.Rule.lr_factor`) for the later commits."""
+        self.factor.assign(tf.constant(float(factor), tf.float64))
+
+    def decide(self, values, accepted, samples, staleness, factor=None) -> Decision:
         """The gain a commit made by this push would apply, the open round's discounted
         samples with this push, and the base batch (``values``: the state read in the
-        lock; ``accepted``: whether the push joins the round)."""
+        lock; ``accepted``: whether the push joins the round; ``factor``: the rule's
+        gain factor read in the lock, None for 1)."""
         accepted = tf.convert_to_tensor(accepted)
         samples = tf.cast(samples, tf.float64)
         base = tf.where(values[_BASE] > 0, values[_BASE],
                         tf.where(accepted, samples, tf.constant(0.0, tf.float64)))
         pending = values[_PENDING] + tf.where(accepted, samples * self._stale_weight(staleness),
                                               tf.constant(0.0, tf.float64))
-        return Decision(self._gain(values, pending, base), pending, base)
+        return Decision(_times(self._gain(values, pending, base), factor), pending, base)
 
     def _stale_weight(self, staleness):
         """`ksync.lr_scaling.stale_weight` of a push's staleness (an integer tensor)."""
@@ -106,10 +117,10 @@ class PSLRScaling:
                             tf.constant(0.0, tf.float64))
         return 1.0 / (1.0 + tf.cast(tf.maximum(stale, 0), tf.float64))
 
-    def pending(self, values) -> Decision:
+    def pending(self, values, factor=None) -> Decision:
         """The decision for the open round as it stands (a round committed because K
-        was lowered)."""
-        return Decision(self._gain(values, values[_PENDING], values[_BASE]),
+        was lowered); ``factor`` as for `decide`."""
+        return Decision(_times(self._gain(values, values[_PENDING], values[_BASE]), factor),
                         values[_PENDING], values[_BASE])
 
     def _gain(self, values, pending, base):
@@ -149,11 +160,18 @@ class PSLRScaling:
         return self.variable.assign(tf.concat([sums, tail], 0))
 
 
+def _times(gain, factor):
+    """``gain * factor`` (``factor`` None: the gain), as `ksync.lr_scaling.LRScaling.gain`."""
+    return gain if factor is None else gain * factor
+
+
 def describe(values: dict) -> dict:
     """The telemetry of a state vector read as ``{slot: value}``: the last gain, the
-    progress in base steps, the base batch and the faded noise scale the gains use."""
+    progress in base steps, the rule's gain factor, the base batch and the faded noise
+    scale the gains use."""
     noise = lr_scaling.noise_scale_of(values["signal"], values["trace"])
     return {"gain": values["last_gain"], "progress": values["progress"],
+            "factor": values.get("factor", 1.0),   # the rule's (`ksync.Rule.lr_factor`)
             "base_batch": values["base_batch"] or None,
             "noise_scale": None if noise is None or noise == float("inf") else noise,
             "warmup": min(1.0, values["rounds"] / lr_scaling.WARMUP_ROUNDS),

@@ -212,7 +212,7 @@ class PSUpdateState:
             self.critical_section = tf.CriticalSection(name="ksync_push")
         #: the learning-rate scaling's state (None: the run does not scale).
         self.lr_scaling = (None if lr_scaling is None else
-                           PSLRScaling(lr_scaling, base_batch, device))
+                           PSLRScaling(lr_scaling, base_batch, device, rule.lr_factor))
         # A direct push under such a rule decides from the push alone (accept what is
         # finite), so nothing needs serialising (`push`); a scaled one needs the base
         # batch and the staleness of its gain.
@@ -237,7 +237,8 @@ class PSUpdateState:
         hist = hist.reshape(w, STALENESS_BINS)
         lr = None
         if self.lr_scaling is not None:
-            floats, lr = floats[:-len(LR_SLOTS)], floats[-len(LR_SLOTS):]
+            # the scaling's state vector, then the rule's gain factor
+            floats, lr = floats[:-len(LR_SLOTS) - 1], floats[-len(LR_SLOTS) - 1:]
         floats, noise = floats[:-2], floats[-2:]
         sums, last = np.split(floats.reshape(w, -1), [len(WORKER_SUMS)], axis=1)
         out = dict(zip(COUNTERS, (int(x) for x in counters)))
@@ -245,7 +246,8 @@ class PSUpdateState:
                    downweight=bool(rule[_DOWNWEIGHT]),
                    staleness_scaling=bool(rule[_SCALING]), contributed=contributed,
                    staleness_hist=hist, noise_sums=noise,
-                   lr_scaling=None if lr is None else dict(zip(LR_SLOTS, map(float, lr))))
+                   lr_scaling=None if lr is None else dict(zip(LR_SLOTS + ("factor",),
+                                                               map(float, lr))))
         out.update({name: sums[:, i] for i, name in enumerate(WORKER_SUMS)})
         out.update({name: last[:, i] for i, name in enumerate(WORKER_LAST)})
         for name in ("worker_pushes", "worker_dropped"):
@@ -264,7 +266,9 @@ class PSUpdateState:
                                                   self.worker_last.read_value()], axis=1),
                                        [-1]), self.noise_sums.read_value()]
                            + ([] if self.lr_scaling is None
-                              else [self.lr_scaling.variable.read_value()]), axis=0)
+                              else [self.lr_scaling.variable.read_value(),
+                                    tf.reshape(self.lr_scaling.factor.read_value(), [1])]),
+                           axis=0)
         # One tensor: each fetch is one more message. The counts are exact in float64
         # below 2^53.
         return tf.concat([tf.cast(ints, tf.float64), floats], axis=0)
@@ -294,6 +298,8 @@ class PSUpdateState:
         # rule once, so it sees the old or the new one whole, and a change of rule never
         # queues behind pushes (it is what unblocks them when a worker stalls).
         self.rule_vec.assign(tf.constant(_encode(rule), tf.int64))
+        if self.lr_scaling is not None:  # the gain factor, which only a scaled run applies
+            self.lr_scaling.set_factor(rule.lr_factor)
 
     # -- worker side (traced into scheduled functions) ----------------------------------
     def accumulator(self, var):
@@ -500,7 +506,7 @@ class PSUpdateState:
             if self.lr_scaling is not None:  # the gain this push's commit would apply
                 lr_values = self.lr_scaling.variable.read_value()
                 scaling = self.lr_scaling.decide(lr_values, accepted, pushed.samples,
-                                                 staleness)
+                                                 staleness, self.lr_scaling.factor.read_value())
         return _Decision(version, staleness, weight, accepted, accepted_i, in_round, commit,
                          total, lr_values, scaling)
 
@@ -675,7 +681,7 @@ class PSUpdateState:
                 scaling = self.lr_scaling
                 if scaling is not None:
                     lr_values = scaling.variable.read_value()
-                    decision = scaling.pending(lr_values)
+                    decision = scaling.pending(lr_values, scaling.factor.read_value())
 
             def apply():
                 gain = None if scaling is None else decision.gain

@@ -120,6 +120,9 @@ CONTENDERS = {
     "adaptive+adascale": Contender("Adaptive+AdaScale", "adaptive", lr_scaling="adascale"),
     # The PS's opt-in "power" gain (`ksync.lr_scaling`; the user guide, Learning rates).
     "adaptive+power": Contender("Adaptive+power", "adaptive", lr_scaling="power"),
+    # The power gain with the step the loss moves (`ksync.Adaptive`'s ``loss_step``).
+    "adaptive+step": Contender("Adaptive+power+step", "adaptive:loss_step=true",
+                               lr_scaling="power"),
     "chao": Contender("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Contender("BSP+alloc(last)", "bsp", allocation="last"),
     "bsp+forecast": Contender("BSP+alloc(forecast)", "bsp", allocation="forecast"),

@@ -38,6 +38,17 @@ STALL_REPORTS = 3
 #: an update this close to the floor's size counts as the floor's (measured batches
 #: move a little between windows).
 FLOOR_SLACK = 1.05
+#: under ``loss_step``: the factor of the learning-rate gain after the smoothed loss rose
+#: by `RISE_MARGIN` over its lowest since the last change (or became non-finite).
+STEP_BACKOFF = 0.5
+#: relative rise of the smoothed loss over its lowest that counts as a step too large.
+RISE_MARGIN = 0.1
+#: under ``loss_step``: the factor of the gain at a loss stall with no larger update left.
+STALL_DECAY = 0.5
+#: the stall decays stop at this factor: the stall test (`floor`: 1 % in 200 updates)
+#: also fires while the loss falls slowly late in training, and each decay there slows
+#: it further (tuning seed 101 went to 0.008 and stalled 0.005 above the late target).
+MIN_STALL_FACTOR = 0.125
 
 
 def _assumed_noise_scale(batch: float, workers: int) -> float:
@@ -108,6 +119,12 @@ class Adaptive(Policy):
         fitted with the scaling on the simulated benchmark's tuning seeds).
       round_overhead_s: under "power" scaling, what a waiting round costs beyond its
         K-th step: the gate's latency (20 ms on this project's loopback cluster).
+      loss_step: under a learning-rate scaling, let the loss move the step: the rules
+        it chooses carry a factor of the commit's gain (`ksync.Rule.lr_factor`, 1 at
+        the start) that `step_factor` halves when the smoothed loss rises 10 % above
+        its lowest or is not finite, and at a loss stall with no larger update left
+        (down to 1/8 there). An opt-in (the arm ``adaptive+step``; docs/design-notes.md,
+        "A step the loss moves"). No effect without a scaling or without a loss.
 
     Example: the rule it starts with, and its decisions on four workers of 32 samples a
     step, one four times slower (here from BSP, as a user's earlier rule): K-async early
@@ -140,7 +157,8 @@ class Adaptive(Policy):
                  staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
                  noise_scale: float | None = None, hysteresis: float = 0.15,
                  stall_updates: int | None = 200, stall_margin: float = 0.01,
-                 power_tolerance: float = 6.0, round_overhead_s: float = 0.02):
+                 power_tolerance: float = 6.0, round_overhead_s: float = 0.02,
+                 loss_step: bool = False):
         check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
             raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
@@ -170,6 +188,10 @@ class Adaptive(Policy):
         self.hysteresis = float(hysteresis)
         self.stall_updates = stall_updates
         self.stall_margin = float(stall_margin)
+        if not isinstance(loss_step, bool):
+            raise ValueError(f"loss_step must be True (the loss moves the step) or False, got "
+                             f"{loss_step!r}.")
+        self.loss_step = loss_step
         try:
             self.power = goodput.PowerModel(float(power_tolerance), float(round_overhead_s))
         except (TypeError, ValueError):
@@ -290,12 +312,14 @@ class Adaptive(Policy):
         floor = self.floor(observation, context, current.samples_per_update)
         above = [f for f in ranked if f.samples_per_update > FLOOR_SLACK * floor]
         best = above[0] if above else max(ranked, key=lambda f: f.samples_per_update)
-        if best.rule == context.rule:
-            return None
+        factor, why = self.step_factor(observation, context, largest=not above)
         current_goodput = (current.goodput
                            if current.samples_per_update > FLOOR_SLACK * floor else 0.0)
-        if best.goodput <= (1.0 + self.hysteresis) * current_goodput:
-            return None
+        if (dataclasses.replace(best.rule, lr_factor=context.rule.lr_factor) == context.rule
+                or best.goodput <= (1.0 + self.hysteresis) * current_goodput):
+            if factor == context.rule.lr_factor:
+                return None
+            return dataclasses.replace(context.rule, lr_factor=factor), why
         per_update = goodput.per_update(inputs.noise_scale, self.momentum)
         how = (f"lr scaling {context.lr_scaling}" if context.lr_scaling and inputs.measured
                else f"{per_update:.0f} per update under momentum {self.momentum:g}")
@@ -309,7 +333,52 @@ class Adaptive(Policy):
         runner_up = [f for f in (above or ranked) if f is not best]
         if runner_up:
             reason += f"; runner-up {runner_up[0].rule.describe()} {runner_up[0].goodput:.3g}"
-        return best.rule, reason
+        if why:
+            reason += f"; {why}"
+        return dataclasses.replace(best.rule, lr_factor=factor), reason
+
+    def step_factor(self, observation, context, largest: bool) -> tuple:
+        """``(factor, why)``: the learning-rate gain's factor (`ksync.Rule.lr_factor`) the
+        loss asks for after ``observation`` (`floor` has taken its report), under
+        ``loss_step`` and a learning-rate scaling only (else the current rule's).
+
+        Halved (`STEP_BACKOFF`) when the smoothed loss rises `RISE_MARGIN` above its
+        lowest since the last change, or the loss becomes non-finite: the step is past
+        the edge (a base rate too high, or a gain too large for it). Halved
+        (`STALL_DECAY`) at a loss stall when no larger update is left (``largest``):
+        the stall moves the rule to larger updates while there are any (`floor`), whose
+        gain grows with them, and the noise floor falls only with the step after that;
+        once per new best loss (`floor`'s): a stall that a smaller step did not end is
+        a step too small to make progress, not a noise floor; not below
+        `MIN_STALL_FACTOR`. Never raised. Kept in ``context.memory``."""
+        factor = context.rule.lr_factor
+        if not (self.loss_step and context.lr_scaling):
+            return factor, ""
+        memory = context.memory
+        loss, smoothed = observation.loss, memory.get("smoothed")
+        if loss is not None and not math.isfinite(loss):
+            if memory.get("finite", True):  # once per run of non-finite reports
+                memory.update(finite=False, low=None)
+                return factor * STEP_BACKOFF, "the loss is not finite: lr gain factor halved"
+            return factor, ""
+        memory["finite"] = True
+        if smoothed is None:
+            return factor, ""
+        low = memory.get("low")
+        if low is None or smoothed < low:
+            memory["low"] = smoothed
+        elif smoothed > (1.0 + RISE_MARGIN) * low:
+            memory["low"] = smoothed
+            return factor * STEP_BACKOFF, (f"the smoothed loss {smoothed:.4g} rose over "
+                                           f"{low:.4g}: lr gain factor "
+                                           f"{factor * STEP_BACKOFF:.3g}")
+        if (largest and memory.get("floor_version") == observation.version
+                and factor * STALL_DECAY >= MIN_STALL_FACTOR
+                and memory["best"] < memory.get("decayed_best", math.inf)):
+            memory["decayed_best"] = memory["best"]
+            return factor * STALL_DECAY, (f"the loss stalled with no larger update left: lr "
+                                          f"gain factor {factor * STALL_DECAY:.3g}")
+        return factor, ""
 
     def status(self, context):
         floor = context.memory.get("floor")
@@ -325,4 +394,7 @@ class Adaptive(Policy):
                 "noise_scale": self.noise_scale, "hysteresis": self.hysteresis,
                 "stall_updates": self.stall_updates, "stall_margin": self.stall_margin,
                 "power_tolerance": self.power.tolerance,
-                "round_overhead_s": self.power.overhead_s}
+                "round_overhead_s": self.power.overhead_s,
+                # only when set: a checkpoint names its policy by this, and those written
+                # before the option existed must still restore
+                **({"loss_step": True} if self.loss_step else {})}

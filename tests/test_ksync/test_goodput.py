@@ -363,11 +363,12 @@ def test_a_window_without_pushes_gives_the_policy_each_workers_run_batch():
 
 # -- the loss stall: larger updates once the loss stops falling ---------------------------
 
-def _run_losses(policy, losses, n=8, every=20, times=None):
+def _run_losses(policy, losses, n=8, every=20, times=None, scaling=None):
     """Feed ``losses`` (one per observation, None: no report) through a controller on
-    ``n`` equal workers with a fixed noise scale; the controller after the last one."""
+    ``n`` equal workers with a fixed noise scale, the run's learning rate scaled by
+    ``scaling``; the controller after the last one."""
     times = times or (0.1,) * n
-    controller = ksync.RuleController(policy, n)
+    controller = ksync.RuleController(policy, n, lr_scaling=scaling, base_batch=32.0)
     controller.refresh(ksync.Measurement(0, live_workers=tuple(range(n))))
     for i, loss in enumerate(losses, start=1):
         observation = ksync.Observation(version=i * every, iteration_times=times,
@@ -439,3 +440,69 @@ def test_the_stall_floor_survives_a_checkpoint():
     older = ksync.RuleController(ksync.Adaptive(), 8)
     older.set_state(state)
     assert older.context().memory == {}
+
+
+# -- the step the loss moves (``loss_step``): the rule's learning-rate gain factor --------
+
+def test_a_rising_or_non_finite_loss_halves_the_step_once_per_rise():
+    import math
+    from ksync.policies import adaptive
+    falling = [2.0 * 0.97 ** i for i in range(10)]
+    # The smoothed loss climbs 10 % over its lowest within a few reports of a 30 % jump
+    # (each report a new value: a repeated one is the same report).
+    risen = falling + [falling[-1] * 1.3 * (1 + 0.001 * i) for i in range(6)]
+    controller = _run_losses(ksync.Adaptive(loss_step=True), risen, scaling="power")
+    assert controller.policy_rule.lr_factor == adaptive.STEP_BACKOFF
+    assert "rose" in controller.history[-1][2]
+    # Two non-finite reports in a row: one halving, not two.
+    nan = _run_losses(ksync.Adaptive(loss_step=True), falling + [math.nan] * 2,
+                      scaling="power")
+    assert nan.policy_rule.lr_factor == adaptive.STEP_BACKOFF
+    assert "not finite" in nan.history[-1][2]
+    # The same losses move nothing without the option or without a scaling to scale.
+    for controller in (_run_losses(ksync.Adaptive(), risen, scaling="power"),
+                       _run_losses(ksync.Adaptive(loss_step=True), risen)):
+        assert all(rule.lr_factor == 1.0 for _, rule, _ in controller.history)
+    with pytest.raises(ValueError, match="loss_step must be True"):
+        ksync.Adaptive(loss_step="yes")
+
+
+def test_a_stall_at_the_largest_update_halves_the_step_once_per_new_best_to_its_floor():
+    from ksync.policies import adaptive
+    falling = [2.0 * 0.97 ** i for i in range(30)]
+    flat = [falling[-1] * (1 + 0.002 * (-1) ** i) for i in range(120)]
+    stalled = _run_losses(ksync.Adaptive(loss_step=True), falling + flat, scaling="power")
+    rule = stalled.policy_rule
+    assert rule.wait and rule.k == 8                 # the floor moved it to BSP
+    # One decay: the stalls after it saw no new best loss (a step too small, not a floor).
+    assert rule.lr_factor == adaptive.STALL_DECAY
+    assert "stalled with no larger update left" in stalled.history[-1][2]
+    # A staircase (a new best, then a stall, again and again) decays to the floor only.
+    stairs = falling[:]
+    for _ in range(8):
+        stairs += [stairs[-1] * 0.95] + [stairs[-1] * 0.95 * (1 + 0.002 * (-1) ** i)
+                                         for i in range(40)]
+    floored = _run_losses(ksync.Adaptive(loss_step=True), stairs, scaling="power")
+    assert floored.policy_rule.lr_factor == adaptive.MIN_STALL_FACTOR
+    factors = [rule.lr_factor for _, rule, _ in floored.history]
+    assert factors == sorted(factors, reverse=True)  # never raised
+
+
+def test_the_step_factor_survives_a_checkpoint_and_older_ones_restore():
+    import json
+    controller = _run_losses(ksync.Adaptive(loss_step=True),
+                             [2.0 * 0.97 ** i for i in range(10)]
+                             + [2.0 + 0.001 * i for i in range(6)], scaling="power")
+    assert controller.policy_rule.lr_factor < 1.0
+    state = json.loads(json.dumps(controller.get_state()))
+    restored = ksync.RuleController(ksync.Adaptive(loss_step=True), 8, lr_scaling="power")
+    restored.set_state(state)
+    assert restored.policy_rule == controller.policy_rule
+    for key in ("rule", "policy_rule"):          # a checkpoint from before the factor
+        del state[key]["lr_factor"]
+    older = ksync.RuleController(ksync.Adaptive(loss_step=True), 8, lr_scaling="power")
+    older.set_state(state)
+    assert older.policy_rule.lr_factor == 1.0
+    # A checkpoint names its policy by repr: without the option it reads as before.
+    assert "loss_step" not in repr(ksync.Adaptive())
+    assert "loss_step=True" in repr(ksync.Adaptive(loss_step=True))

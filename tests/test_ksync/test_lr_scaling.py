@@ -351,3 +351,19 @@ def test_adaptive_takes_the_power_models_constants_and_refuses_bad_ones():
     assert ksync.Adaptive(**policy.get_config()).power == policy.power
     with pytest.raises(ValueError, match="power_tolerance"):
         ksync.Adaptive(power_tolerance=-1.0)
+
+
+def test_the_rules_gain_factor_multiplies_the_commits_gain():
+    """`ksync.Rule.lr_factor`: the commit's gain times the factor (below 1 too), counted in
+    progress; a bad factor is refused with what it must be."""
+    state = ksync.UpdateState(2, Rule(k=2, wait=True, max_staleness=0, lr_factor=0.25),
+                              LRScaling("linear", 32))
+    state.push(worker=0, version_read=0, samples=32)
+    result = state.push(worker=1, version_read=0, samples=32)
+    assert result.gain == 0.5 and state.learning_rate(0.02, result) == 0.01
+    assert state.scaling.progress == 0.5
+    assert "lr gain x 0.25" in state.rule.describe()
+    assert "lr gain" not in Rule(k=2, wait=True).describe()
+    for bad in (0.0, -1.0, math.nan, math.inf, True, "0.5"):
+        with pytest.raises(ValueError, match="lr_factor must be a finite number > 0"):
+            Rule(k=2, wait=True, lr_factor=bad)

@@ -71,8 +71,8 @@ class FaultScript(threading.Thread):
         self.model.stop_training = True
 
 
-def build(cluster, policy, us_per_sample=300.0, hidden=(32,)):
-    strategy = KSyncStrategy(cluster.resolver(), policy=policy)
+def build(cluster, policy, us_per_sample=300.0, hidden=(32,), **options):
+    strategy = KSyncStrategy(cluster.resolver(), policy=policy, **options)
     with strategy.scope():
         slowdown = SlowdownLayer(NUM_WORKERS)
         model = compile_classifier(mlp(DATA.num_features, DATA.num_classes, hidden=hidden,
@@ -355,6 +355,28 @@ def test_restoring_into_a_different_model_or_policy_says_what_to_do(cluster, tmp
     with pytest.raises(ValueError, match="use the same policy"):
         KSyncCheckpoint(*build(cluster, ksync.ASP()), tmp_path).restore()
     assert KSyncCheckpoint(*build(cluster, ksync.BSP()), tmp_path).restore() == 1
+
+
+def test_the_rules_gain_factor_is_restored_and_older_checkpoints_restore(cluster, tmp_path):
+    """The PS's gain factor (`ksync.Rule.lr_factor`) is not in the TF checkpoint: the rule
+    restored with the controller sets it again, and a checkpoint written before the
+    factor existed (no ``lr_factor`` in its side file) restores, at 1."""
+    import json
+    KSyncCheckpoint(*build(cluster, ksync.BSP(), lr_scaling="power"), tmp_path).save(1)
+    side_file = tmp_path / "ckpt-1.ksync.json"
+    side = json.loads(side_file.read_text())
+    rules = [side["rule"], side["policy_rule"]] + [r for _, r, _ in side["history"]]
+    for rule in rules:        # as `ksync.Adaptive(loss_step=True)` could have left it
+        rule["lr_factor"] = 0.25
+    side_file.write_text(json.dumps(side))
+    for factor in (0.25, 1.0):
+        strategy, model = build(cluster, ksync.BSP(), lr_scaling="power")
+        assert KSyncCheckpoint(strategy, model, tmp_path).restore() == 1
+        assert strategy.controller.rule.lr_factor == factor
+        assert strategy.telemetry()["lr_scaling"]["factor"] == factor
+        for rule in rules:    # the side file of a checkpoint from before the factor
+            rule.pop("lr_factor", None)
+        side_file.write_text(json.dumps(side))
 
 
 def test_a_dropped_coordinator_stops_even_while_its_thread_reads_a_hung_ps(healthy,

@@ -2,6 +2,7 @@
 `strategies.ps_state.PSUpdateState`) against the pure reference (`ksync.lr_scaling.LRScaling`
 in `ksync.UpdateState`), push by push, in this process (no cluster; a few seconds)."""
 
+import dataclasses
 import random
 
 import numpy as np
@@ -33,21 +34,25 @@ def _pusher(state, var, direct=False):
     return push
 
 
-@pytest.mark.parametrize("mode, policy, base_batch", [
-    ("adascale", ksync.KSync(k=3), 16.0),
-    ("adascale", ksync.KAsync(k=2), None),   # the base batch from the first push
-    ("linear", ksync.KAsync(k=3), 16.0),
-    ("sqrt", ksync.SSP(max_staleness=2, stale_action="downweight"), 16.0),
-    ("linear", ksync.ASP(), 16.0),            # K = 1, the direct path (locked)
-    ("power", ksync.KSync(k=3), 16.0),
-    ("power", ksync.KAsync(k=3), None),       # stale gradients count no samples
+@pytest.mark.parametrize("mode, policy, base_batch, factors", [
+    ("adascale", ksync.KSync(k=3), 16.0, ()),
+    ("adascale", ksync.KAsync(k=2), None, ()),   # the base batch from the first push
+    ("linear", ksync.KAsync(k=3), 16.0, ()),
+    ("sqrt", ksync.SSP(max_staleness=2, stale_action="downweight"), 16.0, ()),
+    ("linear", ksync.ASP(), 16.0, ()),            # K = 1, the direct path (locked)
+    ("power", ksync.KSync(k=3), 16.0, ()),
+    ("power", ksync.KAsync(k=3), None, ()),       # stale gradients count no samples
+    # the rule's gain factor (`ksync.Rule.lr_factor`), changed every 15 pushes
+    ("power", ksync.KSync(k=3), 16.0, (0.5, 1.0, 0.125, 1.7)),
+    ("adascale", ksync.KAsync(k=2), 16.0, (1.0, 0.3)),
 ], ids=lambda x: repr(x) if not isinstance(x, float) else f"b0={x}")
-def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch,
+def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch, factors,
                                                         record_property):
     """Random workers, staleness, batch sizes and gradients: after every push the PS's
     last gain, progress, faded noise sums, open round's discounted samples and base
     batch equal the reference's fed the PS's own round estimates (the cumulative noise
-    sums' increments), and the variable moved by ``LR * gain`` times each round's mean."""
+    sums' increments), and the variable moved by ``LR * gain`` times each round's mean.
+    With ``factors`` both switch every 15 pushes to the rule with the next factor."""
     workers, direct = 3, isinstance(policy, ksync.ASP)
     rule = policy.rule(workers)
     state = PSUpdateState(workers, rule, DEVICE, lr_scaling=mode, base_batch=base_batch)
@@ -57,8 +62,13 @@ def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch
     rng = random.Random(11)
     np_rng = np.random.default_rng(11)
     expected, round_grads = np.zeros(4), []
-    noise_before, gains = np.zeros(2), []
-    for _ in range(300 if mode == "adascale" else 120):
+    noise_before, gains, factored = np.zeros(2), [], set()
+    for i in range(300 if mode == "adascale" else 120):
+        if factors and i % 15 == 0:
+            changed = dataclasses.replace(rule, lr_factor=factors[i // 15 % len(factors)])
+            state.set_rule(changed)
+            reference.set_rule(changed)
+            assert state.counters()["lr_scaling"]["factor"] == changed.lr_factor
         worker = rng.randrange(workers)
         v_read = max(0, reference.version - rng.randrange(3))
         samples = float(rng.choice([8, 16, 32]))
@@ -79,6 +89,7 @@ def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch
             expected -= LR * result.gain * mean
             round_grads = []
             gains.append(result.gain)
+            factored.add(reference.rule.lr_factor)
             # The round's estimate as the PS measured it (zero when it cannot tell).
             reference.observe_noise(*(c["noise_sums"] - noise_before))
             noise_before = c["noise_sums"]
@@ -97,13 +108,18 @@ def test_ps_gains_equal_the_pure_reference_push_by_push(mode, policy, base_batch
     record_property("max_gain", max(gains))
     record_property("warmup", reference.scaling.warmup())
     assert max(gains) > 1.2, (mode, max(gains))
+    # Every factor acted on some commit, a factor below 1 gave a gain below 1.
+    assert factored == (set(factors) or {1.0}), factored
+    if any(f < 1.0 for f in factors):
+        assert min(gains) < 1.0, min(gains)
     if mode == "adascale":
         assert reference.scaling.warmup() > 0.3
 
 
-def test_a_round_committed_by_a_lowered_k_gets_the_gain_of_what_it_holds():
+@pytest.mark.parametrize("factor, expected", [(1.0, 2.0), (0.25, 0.5)])
+def test_a_round_committed_by_a_lowered_k_gets_the_gain_of_what_it_holds(factor, expected):
     """`commit_complete_round` (a worker died, K lowered): the gain of the round's two
-    gradients, as the reference's."""
+    gradients times the lowered rule's factor, as the reference's."""
     rule = ksync.BSP().rule(3)
     state = PSUpdateState(3, rule, DEVICE, lr_scaling="linear", base_batch=8.0)
     reference = ksync.UpdateState(3, rule, LRScaling("linear", 8.0))
@@ -113,7 +129,7 @@ def test_a_round_committed_by_a_lowered_k_gets_the_gain_of_what_it_holds():
         push(tf.constant([1.0, 2.0], tf.float64), tf.constant(0, tf.int64),
              tf.constant(8.0), tf.constant(worker, tf.int64))
         reference.push(worker, 0, 8.0)
-    lowered = ksync.Rule(k=2, wait=True, max_staleness=0)
+    lowered = ksync.Rule(k=2, wait=True, max_staleness=0, lr_factor=factor)
     state.set_rule(lowered)
     reference.set_rule(lowered)
 
@@ -123,8 +139,9 @@ def test_a_round_committed_by_a_lowered_k_gets_the_gain_of_what_it_holds():
 
     assert bool(complete()) and reference.commit_complete_round()
     lr = state.counters()["lr_scaling"]
-    assert lr["last_gain"] == reference.last_gain == 2.0 and lr["pending_scaled"] == 0.0
-    np.testing.assert_allclose(var.numpy(), [-0.2, -0.4])   # lr 0.1 x gain 2 x mean
+    assert lr["last_gain"] == reference.last_gain == expected and lr["pending_scaled"] == 0.0
+    # lr 0.1 x the gain x the round's mean
+    np.testing.assert_allclose(var.numpy(), [-0.1 * expected, -0.2 * expected])
 
 
 def test_no_scaling_keeps_no_state():
