@@ -57,7 +57,7 @@ from cluster_sim.report.tables import format_interval, markdown_table_rows
 from ksync.learning_rate import LearningRate
 
 __all__ = ["compact_run", "export", "race_page", "read_store", "store_arms",
-           "tuned_specs", "add_arguments", "run"]
+           "tuned_specs", "store_tuned", "add_arguments", "run"]
 
 META = "meta.json"
 #: Where the committed compact stores live.
@@ -291,6 +291,27 @@ def tuned_specs(meta: dict, key: str, rows: list) -> dict:
     arms, _, choices = _choices(meta, key, rows)
     by_label = {a.arm.label: a for a in arms}
     return {family: by_label[label].spec for family, label in choices.items()}
+
+
+def store_tuned(store_dir, scenario: str, num_workers: int, families) -> dict:
+    """`tuned_specs` of the rules ``families`` in the compact store's ``scenario`` on
+    ``num_workers`` workers (``--tuned-from`` a store: real runs at the settings the
+    simulated race tuned). ValueError names what the store has.
+
+    >>> specs = store_tuned(RESULTS / "race_sim8", "static", 8, ["bsp", "asp", "adaptive"])
+    >>> sorted(s.text for s in specs.values())
+    ['asp@0.04/0.5', 'bsp@0.08']
+    """
+    meta, rows = read_store(store_dir)
+    key = f"{scenario.replace('/', '_')}_sim{num_workers}"
+    if key not in rows:
+        raise ValueError(f"--tuned-from {str(store_dir)!r}: no {scenario} on {num_workers} "
+                         f"workers in that store (it has {', '.join(sorted(rows))})")
+    if not meta.get("tune_seeds"):
+        raise ValueError(f"--tuned-from {str(store_dir)!r}: its {key} runs were not tuned "
+                         "there (made with --tuned-from themselves); give the tuned store")
+    return {f: spec for f, spec in tuned_specs(meta, key, rows[key]).items()
+            if f in families}
 
 
 def scenario_tables(meta: dict, key: str, rows: list) -> str:

@@ -4,6 +4,8 @@ equals what its stores generate)."""
 
 import json
 
+import pytest
+
 from test_bench_policies import TINY
 
 
@@ -30,6 +32,14 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
     assert asp["spec"] == f"asp@{chosen['lr']:g}" + (
         f"/{chosen['momentum']:g}" if chosen["momentum"] is not None else "")
     assert "### tiny, 4 simulated workers" in page and "(base rate, not tuned)" in page
+    # The store serves --tuned-from as its runs did: the setting the bench chose.
+    from cluster_sim.cli.arm_grid import tuned_from
+    key = next(store.glob("*_sim4.jsonl")).name[:-len("_sim4.jsonl")]
+    spec = tuned_from(store, key, 4, ["asp", "adaptive"])
+    assert list(spec) == ["asp"] and (spec["asp"].lr, spec["asp"].momentum) == (
+        chosen["lr"], chosen["momentum"])
+    with pytest.raises(ValueError, match="no elsewhere on 4 workers in that store"):
+        tuned_from(store, "elsewhere", 4, ["asp"])
     assert "ASP @linear=" in page and "Adaptive / rule" in page
     # Regenerated from the store alone, the same page.
     assert main(["bench", "tables", str(store)]) == 0
