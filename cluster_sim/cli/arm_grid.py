@@ -533,15 +533,7 @@ def tuned_from(directory, scenario: str, num_workers: int, families, real=False)
     ...     "oracle": {"kasync": "KAsync(k=4)", "ssp": "SSP(s=2)"}}}}))
     >>> tuned_from(out, "static", 8, ["bsp", "kasync", "adaptive"])
     {'kasync': ArmSpec(name='kasync', value=4, lr=None, momentum=None)}
-
-    A compact store of `bench tables` (``cluster_sim/results/race_sim8``: no
-    ``results.json``, the tuning runs kept) serves too: the settings its tables report.
     """
-    if not (pathlib.Path(directory) / "results.json").exists() and (
-            pathlib.Path(directory) / "meta.json").exists():
-        # bench_tables reads stores with this module's grids: imported here, not above.
-        from cluster_sim.cli.bench_tables import store_tuned
-        return store_tuned(directory, scenario, num_workers, families)
     path = pathlib.Path(directory) / "results.json"
     try:
         scenarios = json.loads(path.read_text())["scenarios"]

@@ -76,8 +76,8 @@ import pathlib
 import sys
 import time
 
-from cluster_sim.cli import (bench_config, bench_costs, command_line, event_reference,
-                             parse_seeds, seeds_text)
+from cluster_sim.cli import (bench_config, bench_costs, bench_tables, command_line,
+                             event_reference, parse_seeds, seeds_text)
 from cluster_sim.cli.arm_grid import (ORDER, check_arms, matrix_specs, parse_families,
                                       parse_lr_grid, scenario_arms, tuned_from)
 from cluster_sim.cli.bench_matrix import run_matrix, with_bar
@@ -164,11 +164,21 @@ def _plan(args) -> _Plan:
     tuned = {}
     for name, scenario in scenarios.items():
         for n in (workers if args.simulate else [scenario.num_workers]):
-            tuned[name, n] = (tuned_from(args.tuned_from, name, n, families,
-                                         real=not args.simulate)
+            tuned[name, n] = (_tuned_from(args.tuned_from, name, n, families,
+                                          real=not args.simulate)
                               if args.tuned_from else {})
             check_arms(scenario_arms(specs, n, scenario, lr_grid, tuned[name, n]), n)
     return _Plan(specs, lr_grid, seeds, tune_seeds, scenarios, workers, costs, tuned)
+
+
+def _tuned_from(directory, name, n, families, real) -> dict:
+    """``--tuned-from``: an earlier matrix's ``--out`` directory (`tuned_from`), or a
+    compact store of `bench tables` (``cluster_sim/results/race_sim8``: the settings its
+    tables report, `bench_tables.store_tuned`)."""
+    directory = pathlib.Path(directory)
+    if not (directory / "results.json").exists() and (directory / "meta.json").exists():
+        return bench_tables.store_tuned(directory, name, n, families)
+    return tuned_from(directory, name, n, families, real=real)
 
 
 def run(args) -> int:

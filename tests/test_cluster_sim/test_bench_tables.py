@@ -33,13 +33,21 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
         f"/{chosen['momentum']:g}" if chosen["momentum"] is not None else "")
     assert "### tiny, 4 simulated workers" in page and "(base rate, not tuned)" in page
     # The store serves --tuned-from as its runs did: the setting the bench chose.
-    from cluster_sim.cli.arm_grid import tuned_from
+    from cluster_sim.cli.bench_tables import store_tuned
     key = next(store.glob("*_sim4.jsonl")).name[:-len("_sim4.jsonl")]
-    spec = tuned_from(store, key, 4, ["asp", "adaptive"])
+    spec = store_tuned(store, key, 4, ["asp", "adaptive"])
     assert list(spec) == ["asp"] and (spec["asp"].lr, spec["asp"].momentum) == (
         chosen["lr"], chosen["momentum"])
     with pytest.raises(ValueError, match="no elsewhere on 4 workers in that store"):
-        tuned_from(store, "elsewhere", 4, ["asp"])
+        store_tuned(store, "elsewhere", 4, ["asp"])
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--workers", "4", "--arms", "asp", "--tuned-from",
+                 str(store), "--seeds", "1", "--stop-after", "0",
+                 "--out", str(tmp_path / "from_store")]) == 0
+    capsys.readouterr()
+    line = next(line for line in (tmp_path / "from_store" / "bench.md").read_text().splitlines()
+                if line.startswith(f"Settings tuned in {store}: "))
+    assert spec["asp"].text in line.split(": ")[1].split(", ")
     assert "ASP @linear=" in page and "Adaptive / rule" in page
     # Regenerated from the store alone, the same page.
     assert main(["bench", "tables", str(store)]) == 0
