@@ -96,18 +96,17 @@ class PSLRScaling:
         """Set the rule's gain factor (`ksync.Rule.lr_factor`) for the later commits."""
         self.factor.assign(tf.constant(float(factor), tf.float64))
 
-    def decide(self, values, accepted, samples, staleness, factor=None) -> Decision:
+    def decide(self, values, accepted, samples, staleness) -> Decision:
         """The gain a commit made by this push would apply, the open round's discounted
         samples with this push, and the base batch (``values``: the state read in the
-        lock; ``accepted``: whether the push joins the round; ``factor``: the rule's
-        gain factor read in the lock, None for 1)."""
+        lock; ``accepted``: whether the push joins the round)."""
         accepted = tf.convert_to_tensor(accepted)
         samples = tf.cast(samples, tf.float64)
         base = tf.where(values[_BASE] > 0, values[_BASE],
                         tf.where(accepted, samples, tf.constant(0.0, tf.float64)))
         pending = values[_PENDING] + tf.where(accepted, samples * self._stale_weight(staleness),
                                               tf.constant(0.0, tf.float64))
-        return Decision(_times(self._gain(values, pending, base), factor), pending, base)
+        return Decision(self._gain(values, pending, base), pending, base)
 
     def _stale_weight(self, staleness):
         """`ksync.lr_scaling.stale_weight` of a push's staleness (an integer tensor)."""
@@ -117,14 +116,19 @@ class PSLRScaling:
                             tf.constant(0.0, tf.float64))
         return 1.0 / (1.0 + tf.cast(tf.maximum(stale, 0), tf.float64))
 
-    def pending(self, values, factor=None) -> Decision:
+    def pending(self, values) -> Decision:
         """The decision for the open round as it stands (a round committed because K
-        was lowered); ``factor`` as for `decide`."""
-        return Decision(_times(self._gain(values, values[_PENDING], values[_BASE]), factor),
+        was lowered)."""
+        return Decision(self._gain(values, values[_PENDING], values[_BASE]),
                         values[_PENDING], values[_BASE])
 
     def _gain(self, values, pending, base):
-        """`ksync.lr_scaling.LRScaling.gain` of ``pending / base`` base batches."""
+        """`ksync.lr_scaling.LRScaling.gain` of ``pending / base`` base batches, times
+        the rule's factor (read where the caller reads ``values``: in the push's lock)."""
+        return self._scale_gain(values, pending, base) * self.factor.read_value()
+
+    def _scale_gain(self, values, pending, base):
+        """The mode's gain of ``pending / base`` base batches, before the rule's factor."""
         safe = tf.where(base > 0, base, tf.constant(1.0, tf.float64))
         s = tf.maximum(tf.math.divide_no_nan(pending, base), 1.0)
         if self.mode == "linear":
@@ -159,10 +163,6 @@ class PSLRScaling:
                          decision.base_batch])
         return self.variable.assign(tf.concat([sums, tail], 0))
 
-
-def _times(gain, factor):
-    """``gain * factor`` (``factor`` None: the gain), as `ksync.lr_scaling.LRScaling.gain`."""
-    return gain if factor is None else gain * factor
 
 
 def describe(values: dict) -> dict:

@@ -506,7 +506,7 @@ class PSUpdateState:
             if self.lr_scaling is not None:  # the gain this push's commit would apply
                 lr_values = self.lr_scaling.variable.read_value()
                 scaling = self.lr_scaling.decide(lr_values, accepted, pushed.samples,
-                                                 staleness, self.lr_scaling.factor.read_value())
+                                                 staleness)
         return _Decision(version, staleness, weight, accepted, accepted_i, in_round, commit,
                          total, lr_values, scaling)
 
@@ -681,7 +681,7 @@ class PSUpdateState:
                 scaling = self.lr_scaling
                 if scaling is not None:
                     lr_values = scaling.variable.read_value()
-                    decision = scaling.pending(lr_values, scaling.factor.read_value())
+                    decision = scaling.pending(lr_values)
 
             def apply():
                 gain = None if scaling is None else decision.gain

@@ -87,7 +87,6 @@ def resolve(scenario, reference_s, measure):
                       f"({how}): {events}.")
 
 
-
 def parse_budget(text) -> tuple:
     """``(seconds, factor)`` of ``--time-budget``: seconds, or a multiple of the reference
     run written ``NUMBERx``; ``(None, None)`` without. ValueError names a bad one.

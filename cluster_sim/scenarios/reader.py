@@ -119,7 +119,8 @@ _NAMED_TARGETS = {"ctr": tuple(CTR_TARGETS)}
 #: over 2 PS tasks, to its early target. One file per cluster, so every cluster has both
 #: workloads and they cannot drift apart. The run's defaults: BSP at lr 0.05 needs ~1,600
 #: rounds (12,800 pushes on 8 workers) to the early target, ~3,000 to the late one.
-HELD_OUT = {"prefix": "ctr_", "data": "ctr", "ps": 2, "target": "early",
+HELD_OUT_PREFIX = "ctr_"
+HELD_OUT = {"data": "ctr", "ps": 2, "target": "early",
             "model": {"hidden": list(CTR_TRAINING["hidden"])},
             "training": {k: CTR_TRAINING[k]
                          for k in ("batch_size", "learning_rate", "momentum")},
@@ -139,7 +140,7 @@ def bench_names() -> list[str]:
     True
     """
     stems = [p.stem for p in BENCH_DIR.glob("*.toml")]
-    return sorted(f"bench/{p}{s}" for s in stems for p in ("", HELD_OUT["prefix"]))
+    return sorted(f"bench/{p}{s}" for s in stems for p in ("", HELD_OUT_PREFIX))
 
 
 def _held_out(name: str, table: dict) -> dict:
@@ -148,10 +149,7 @@ def _held_out(name: str, table: dict) -> dict:
         f"{table.get('description', '')}; the held-out ctr workload, 2 PS tasks"))
     table.pop("target_accuracy", None)  # a teacher target: ctr's are losses
     for key, value in HELD_OUT.items():
-        if isinstance(value, dict):
-            table[key] = dict(table.get(key, {}), **value)
-        elif key != "prefix":
-            table[key] = value
+        table[key] = dict(table.get(key, {}), **value) if isinstance(value, dict) else value
     return table
 
 
@@ -175,7 +173,7 @@ def load_scenario(name_or_path, traces_dir=None, machine_usage=None,
     held_out = None
     if not (path.suffix == ".toml" or path.exists()):
         path = BUILTIN_DIR / f"{text}.toml"
-        base = text.removeprefix("bench/" + HELD_OUT["prefix"])
+        base = text.removeprefix("bench/" + HELD_OUT_PREFIX)
         if not path.exists() and text.startswith("bench/") and base != text:
             path, held_out = BENCH_DIR / f"{base}.toml", text
         if not path.exists():
