@@ -56,7 +56,7 @@ batch, gives way to what the scaled step makes of an update: its progress in bas
 ``goodput`` is then in base steps per second. Without scaling the model above is kept
 as it was (its constants were fitted on it).
 
-**Under "power" scaling** (`PowerModel`, an opt-in: ``lr_scaling="power"``) the PS steps each
+**Under "power" scaling** (`PowerModel`, `ksync.Adaptive`'s default) the PS steps each
 update at ``r = S_0 ** (2/3)`` its base rate, ``S_0`` its fresh samples over ``b0``, the
 best rate measured for waiting rules (`ksync.lr_scaling`). The model counts
 

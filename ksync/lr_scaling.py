@@ -19,8 +19,7 @@ commit, for any rule:
 - ``"power"``: ``r = S_0 ** POWER_EXPONENT`` (2/3), ``S_0`` the update's *fresh*
   samples over ``b0`` (gradients of staleness 0; a stale gradient adds none): the
   scaling law of the best learning rate measured on the benchmark (see "Why a power
-  law" below); an opt-in, as every mode (the user guide says why it is not Adaptive's
-  default).
+  law" below); `ksync.Adaptive`'s default, an opt-in for every other rule.
 - ``"linear"``: ``r = S`` (Goyal et al. 2017); ``"sqrt"``: ``r = sqrt(S)``;
   None: ``r = 1`` (no scaling; the update's samples only lower its noise).
 
@@ -135,16 +134,16 @@ def check(mode) -> None:
 
 def resolve(setting, policy) -> str | None:
     """The scaling a run applies: ``setting``, or for `AUTO` the policy's default
-    (``policy.lr_scaling``: None for every built-in rule, `ksync.Adaptive` included;
-    a scaling is the user's choice).
+    (``policy.lr_scaling``: "power" for `ksync.Adaptive`, which chooses the update and
+    so its step; None for the fixed rules, whose rate the user tunes).
 
     >>> import ksync
     >>> resolve(AUTO, ksync.Adaptive()), resolve(AUTO, ksync.BSP()), resolve("linear", ksync.BSP())
-    (None, None, 'linear')
+    ('power', None, 'linear')
     """
     if setting != AUTO and setting is not None and setting not in MODES:
-        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: none for every "
-                         f"built-in rule), one of {MODES}, or "
+        raise ValueError(f"lr_scaling must be {AUTO!r} (the policy's own: 'power' for "
+                         f"Adaptive, none for the fixed rules), one of {MODES}, or "
                          f"None (no scaling), got {setting!r}.")
     mode = getattr(policy, "lr_scaling", None) if setting == AUTO else setting
     check(mode)

@@ -222,8 +222,9 @@ class KSyncStrategy(ParameterServerStrategyV2):
         ``base_batch``; "adascale": AdaScale's gain from the gradient noise the PS
         measures, between 1 and the update's samples over ``base_batch``; "linear":
         that ratio; "sqrt": its square root; None: the rate as given (every update
-        steps as one gradient would). "auto" (default): the policy's own, None for every
-        built-in rule, Adaptive included (the user guide says why).
+        steps as one gradient would). "auto" (default): the policy's own: "power" for
+        Adaptive (with ``Adaptive(loss_step=True)``, its default, the loss halves that
+        gain when the step is too large), None for the fixed rules.
       base_batch: samples the optimizer's learning rate is meant for (one worker's
         batch). None (default): with batch allocation the global batch over the
         workers, else the first pushed gradient's samples.

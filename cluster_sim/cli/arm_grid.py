@@ -94,13 +94,13 @@ FAMILIES = {
 #: The matrix's rules in order; BSP first, the baseline of every ratio.
 ORDER = ("bsp", "asp", "ssp", "ksync", "kasync", "backup", "rennala", "ringmaster",
          "adasync", "syncswitch", "ashl", "chao", "lb-bsp", "nbsgd", "adaptive",
-         "adaptive+alloc", "adaptive+adascale", "adaptive+power", "adaptive+step")
+         "adaptive+alloc", "adaptive+power", "adaptive+adascale", "adaptive+unscaled")
 #: The momenta a rule that applies every gradient is tried at: asynchrony acts like
 #: momentum of its own (Mitliagkas et al. 2016), so the best explicit one may be lower.
 MOMENTA = (0.9, 0.5, 0.0)
 #: Rules that get the base learning rate only: they are what the race measures.
-BASE_ONLY = ("adaptive", "adaptive+alloc", "adaptive+adascale", "adaptive+power",
-             "adaptive+step")
+BASE_ONLY = ("adaptive", "adaptive+alloc", "adaptive+power", "adaptive+adascale",
+             "adaptive+unscaled")
 
 
 @dataclasses.dataclass(frozen=True)

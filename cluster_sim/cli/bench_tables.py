@@ -30,14 +30,17 @@ python -m cluster_sim bench tables cluster_sim/results/race_sim8 --from-runs run
 ```
 
 Adaptive's runs are an arm of their own (``Adaptive``, the base learning rate): to re-run
-them alone (e.g. once Adaptive scales its learning rate) and replace them in the tables:
+them alone (e.g. once Adaptive's default changes) and replace them in the tables, from
+the bench's runs directory or, with ``--add-runs``, onto the committed store itself (the
+runs directory is git-ignored and may be gone; runs made under other conditions than the
+store's are refused):
 
 ```
 python -m cluster_sim bench policies --simulate --scenario homogeneous --arms adaptive \
-    --tuned-from runs/race_sim8 --seeds 0-9 --costs cluster_sim/scenarios/bench/costs_25ms.json \
-    --out runs/race_sim8_adaptive
-python -m cluster_sim bench tables cluster_sim/results/race_sim8 --from-runs runs/race_sim8 \
-    --from-runs runs/race_sim8_adaptive > docs/benchmarks/race.md
+    --tuned-from cluster_sim/results/race_sim8 --seeds 0-9 \
+    --costs cluster_sim/scenarios/bench/costs_25ms.json --out runs/race_sim8_adaptive
+python -m cluster_sim bench tables cluster_sim/results/race_sim8 \
+    --add-runs runs/race_sim8_adaptive > docs/benchmarks/race.md
 ```
 """
 
@@ -112,19 +115,27 @@ def _git(*args) -> str:
                           check=True).stdout.strip()
 
 
-def export(runs_dirs, store_dir, targets=None) -> list[str]:
+def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list[str]:
     """(Re)write the compact store ``store_dir`` from ``bench policies --simulate``
     ``--out`` directories ``runs_dirs`` (one, or several: a later one's runs replace the
-    earlier ones' of the same rule on the seeds it ran, e.g. Adaptive re-run alone with
-    ``--tuned-from``); returns the files written. ``targets``: the losses to keep times
-    for besides each store's own (default: its workload's early and late targets,
-    `cluster_sim.cli.bench_config.workload_targets`)."""
+    earlier ones' of the same arm and setting on the seeds it ran, e.g. Adaptive re-run
+    alone with ``--tuned-from``); returns the files written. ``onto_store``: start from the store's
+    own runs instead (its bench's ``--out`` directory, git-ignored, may be gone), the
+    first directory's runs replacing them as a later one's would. ``targets``: the losses
+    to keep times for besides each store's own (default: its workload's early and late
+    targets, `cluster_sim.cli.bench_config.workload_targets`). ValueError, and nothing
+    written, when a later directory's runs were made under other conditions (learning
+    rate, batch, costs per sample, push or time limit, target) than the store's."""
     from cluster_sim.cli.bench_config import workload_targets
     from cluster_sim.cli.run_store import saved_conditions
     runs_dirs = [pathlib.Path(d) for d in ([runs_dirs] if isinstance(runs_dirs, (str, pathlib.Path))
                                            else runs_dirs)]
     store_dir = pathlib.Path(store_dir)
     meta, merged = None, {}
+    if onto_store:
+        meta, rows = read_store(store_dir)
+        meta.setdefault("replaced_by", [])
+        merged = {key: {(r["policy"], r["seed"]): r for r in runs} for key, runs in rows.items()}
     for runs_dir in runs_dirs:
         bench = json.loads((runs_dir / "results.json").read_text())
         if meta is None:
@@ -139,6 +150,8 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
             meta["stores"], meta["replaced_by"] = {}, []
         else:
             meta["replaced_by"].append(bench["meta"]["argv"])
+            # An arm run alone joins the store's arms (its rows are labelled by them).
+            meta["arms"] += [a for a in bench["meta"]["arms"] if a not in meta["arms"]]
         for path in sorted(runs_dir.glob("*_sim*_runs")):
             key = path.name[:-len("_runs")]
             if not (path / "runs.jsonl").exists():
@@ -151,7 +164,7 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
             # The store's own target, or (a run to the late target) the highest kept.
             early = own if run_config["target_loss"] is None else max(wanted)
             accuracy = f"accuracy {sim['target_accuracy']:g}"
-            entry = meta["stores"].setdefault(key, {
+            made = {
                 "scenario": conditions["scenario"].split(":")[0],
                 "workers": sim["num_workers"],
                 "early": _target_key(early) if early is not None else accuracy,
@@ -160,7 +173,15 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
                 "base_momentum": run_config["momentum"],
                 "batch_size": run_config["batch_size"],
                 "us_per_sample": conditions["us_per_sample"],
-                "max_pushes": sim["max_pushes"], "max_time_s": sim.get("max_time_s")})
+                "max_pushes": sim["max_pushes"], "max_time_s": sim.get("max_time_s")}
+            entry = meta["stores"].setdefault(key, made)
+            differ = {k: (entry.get(k), v) for k, v in made.items() if entry.get(k) != v}
+            if differ:
+                raise ValueError(f"{path}: its runs were made under other conditions than "
+                                 f"{store_dir / key}'s ({key}: store, runs: "
+                                 + ", ".join(f"{k} {a!r} against {b!r}"
+                                             for k, (a, b) in differ.items())
+                                 + "); run them with the store's bench settings")
             if not meta.get("tune_seeds"):  # settings chosen elsewhere (--tuned-from)
                 scenario_key = f"{key.rsplit('_sim', 1)[0]}@{sim['num_workers']}"
                 settings = bench["scenarios"].get(scenario_key, {}).get("tuned_settings")
@@ -177,10 +198,7 @@ def export(runs_dirs, store_dir, targets=None) -> list[str]:
                     continue  # a line cut short by a killed bench
                 row = compact_run(run, spec.get(run["policy"], run["policy"]), wanted)
                 new[row["policy"], row["seed"]] = row
-            ran = {(r["family"], r["seed"]) for r in new.values()}
-            kept = {k: r for k, r in merged.get(key, {}).items()
-                    if (r["family"], r["seed"]) not in ran}
-            merged[key] = {**kept, **new}
+            merged[key] = {**merged.get(key, {}), **new}
     written = []
     store_dir.mkdir(parents=True, exist_ok=True)
     for key, rows in merged.items():
@@ -455,19 +473,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("stores", nargs="+", metavar="DIR",
                         help="compact stores (meta.json and SCENARIO_simN.jsonl), e.g. "
                              "cluster_sim/results/race_sim8; one page of them all")
-    parser.add_argument("--from-runs", action="append", default=None, metavar="OUT",
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--from-runs", action="append", default=None, metavar="OUT",
                         help="first (re)write DIR from a bench policies --simulate --out "
                              "directory (its results.json and run stores); repeated, a "
                              "later directory's runs replace the earlier's of the same "
-                             "rule on its seeds (Adaptive re-run alone, --tuned-from)")
+                             "arm and setting on its seeds (Adaptive re-run alone, "
+                             "--tuned-from)")
+    source.add_argument("--add-runs", action="append", default=None, metavar="OUT",
+                        help="merge into DIR the runs of a bench policies --simulate --out "
+                             "directory, replacing DIR's runs of the same arm and setting "
+                             "on its seeds and keeping the others (an arm run alone with "
+                             "--tuned-from DIR, the store's own runs directory gone); "
+                             "repeatable")
 
 
 def run(args) -> int:
     try:
-        if args.from_runs:
+        if args.from_runs or args.add_runs:
             if len(args.stores) > 1:
-                raise ValueError("--from-runs writes one store: give one DIR")
-            for path in export(args.from_runs, args.stores[0]):
+                raise ValueError("--from-runs and --add-runs write one store: give one DIR")
+            for path in export(args.from_runs or args.add_runs, args.stores[0],
+                               onto_store=bool(args.add_runs)):
                 print(f"wrote {path}", file=sys.stderr)
         sys.stdout.write(race_page(*args.stores))
     except (OSError, ValueError, KeyError) as err:

@@ -114,15 +114,17 @@ CONTENDERS = {
     "syncswitch": Contender("Sync-Switch(after={})", "syncswitch:switch_after={}", 40),
     "ashl": Contender("ASHL(after={})", "ashl:switch_after={}", 40),
     "adasync": Contender("AdaSync", "adasync"),
+    # The product's default: the "power" gain, a factor of it moved by the loss.
     "adaptive": Contender("Adaptive", "adaptive"),
     "adaptive+alloc": Contender("Adaptive+alloc", "adaptive", allocation="forecast"),
-    # The product's opt-in AdaScale gain on the PS (docs/user-guide.md, Learning rates).
-    "adaptive+adascale": Contender("Adaptive+AdaScale", "adaptive", lr_scaling="adascale"),
-    # The PS's opt-in "power" gain (`ksync.lr_scaling`; the user guide, Learning rates).
-    "adaptive+power": Contender("Adaptive+power", "adaptive", lr_scaling="power"),
-    # The power gain with the step the loss moves (`ksync.Adaptive`'s ``loss_step``).
-    "adaptive+step": Contender("Adaptive+power+step", "adaptive:loss_step=true",
-                               lr_scaling="power"),
+    # Ablations of the default (docs/user-guide.md, Learning rates): the power gain
+    # without the loss's factor; AdaScale's gain instead; the user's rate as given.
+    "adaptive+power": Contender("Adaptive+power", "adaptive:loss_step=false",
+                                lr_scaling="power"),
+    "adaptive+adascale": Contender("Adaptive+AdaScale", "adaptive:loss_step=false",
+                                   lr_scaling="adascale"),
+    "adaptive+unscaled": Contender("Adaptive unscaled", "adaptive:loss_step=false",
+                                   lr_scaling=None),
     "chao": Contender("Chao static alloc", "bsp", allocation="static"),
     "lb-bsp": Contender("BSP+alloc(last)", "bsp", allocation="last"),
     "bsp+forecast": Contender("BSP+alloc(forecast)", "bsp", allocation="forecast"),

@@ -129,7 +129,7 @@ class SimConfig(TrainingConfig):
     same_batch_order: bool = False
     # Each commit applies ``learning_rate`` times the gain of ``lr_scaling``
     # (`ksync.lr_scaling`: "adascale", "power", "linear", "sqrt" or None; "auto" is the
-    # policy's own: None for every built-in rule, Adaptive included), ``batch_size``
+    # policy's own: "power" for Adaptive, None for the fixed rules), ``batch_size``
     # being the base batch, capped at ``max_lr`` when given. "auto" by default, as
     # `strategies.KSyncStrategy`'s PS applies it: the simulator runs what the product runs.
     lr_scaling: str | None = lr_scaling.AUTO

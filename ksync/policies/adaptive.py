@@ -80,14 +80,16 @@ class Adaptive(Policy):
     keeps each decision's reason: the noise scale, the exposure, the chosen rule's
     predicted updates/s, samples, staleness and tolerance, and the runner-up's goodput.
 
-    A run of Adaptive applies the user's learning rate as given unless the strategy's
-    or simulator's ``lr_scaling`` asks for a gain (`ksync.lr_scaling`). Under the
-    "power" gain ``S_0 ** (2/3)``, ``S_0`` the update's fresh samples over one worker's
-    batch, the model counts, once the noise scale is measured, what the larger step
-    adds to an update, charges a waiting round its gate, and holds stale gradients to
-    one tolerance (`ksync.goodput.PowerModel`); under "adascale", "linear" or "sqrt":
-    an update's progress in base steps, at most AdaScale's, and the tolerance divided
-    by the gain. ``Context.lr_scaling`` says which scaling the run applies.
+    Adaptive owns the step size: by default the PS scales the user's learning rate at
+    each commit by the "power" gain ``S_0 ** (2/3)``, ``S_0`` the update's fresh samples
+    over one worker's batch (`ksync.lr_scaling`), and the loss moves a factor of that
+    gain (``loss_step``). Under the power gain the model counts, once the noise scale is
+    measured, what the larger step adds to an update, charges a waiting round its gate,
+    and holds stale gradients to one tolerance (`ksync.goodput.PowerModel`); under
+    "adascale", "linear" or "sqrt" (a strategy's or simulator's ``lr_scaling``): an
+    update's progress in base steps, at most AdaScale's, and the tolerance divided by
+    the gain; with ``lr_scaling=None`` the rate as given.
+    ``Context.lr_scaling`` says which scaling the run applies.
 
     Args:
       refresh_every: updates between two decisions.
@@ -123,8 +125,9 @@ class Adaptive(Policy):
         it chooses carry a factor of the commit's gain (`ksync.Rule.lr_factor`, 1 at
         the start) that `step_factor` halves when the smoothed loss rises 10 % above
         its lowest or is not finite, and at a loss stall with no larger update left
-        (down to 1/8 there). An opt-in (the arm ``adaptive+step``; docs/design-notes.md,
-        "A step the loss moves"). No effect without a scaling or without a loss.
+        (down to 1/8 there); docs/design-notes.md, "A step the loss moves". No effect
+        without a scaling or without a loss (`strategies.callbacks.KSyncLossCallback`,
+        or the simulator's evaluation).
 
     Example: the rule it starts with, and its decisions on four workers of 32 samples a
     step, one four times slower (here from BSP, as a user's earlier rule): K-async early
@@ -146,19 +149,19 @@ class Adaptive(Policy):
 
     name = "adaptive"
     first_refresh = 5
-    #: no scaling unless asked (``lr_scaling="power"`` or "adascale"): the "power" gain
-    #: made Adaptive as fast as the best tuned rule on 64 simulated workers and no
-    #: slower on 8, but a base rate of 0.08 (tuned BSP's on 8 workers) never reached
-    #: the target with it, and it reached the late target in 3 runs of 5 where the
-    #: unscaled rule reached it in 5 (docs/user-guide.md, Learning rates).
-    lr_scaling = None
+    #: the "power" gain with the loss's factor (``loss_step``): with every fixed rule at
+    #: its own tuned rate it brought Adaptive from 1.7-4.5x the best tuned rule's time
+    #: on 64-256 simulated workers to 0.99-1.20x, and reached the late target and a base
+    #: rate 4x the default where the gain without the loss's factor did not
+    #: (docs/user-guide.md, Learning rates).
+    lr_scaling = "power"
 
     def __init__(self, refresh_every: int = 20, momentum: float = 0.9,
                  staleness_tolerance: float = 14.0, gradients_halving: float = 25.0,
                  noise_scale: float | None = None, hysteresis: float = 0.15,
                  stall_updates: int | None = 200, stall_margin: float = 0.01,
                  power_tolerance: float = 6.0, round_overhead_s: float = 0.02,
-                 loss_step: bool = False):
+                 loss_step: bool = True):
         check_int("refresh_every", refresh_every, 1)
         if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 1.0):
             raise ValueError(f"momentum must be a number in [0, 1), the optimizer's "
@@ -395,6 +398,6 @@ class Adaptive(Policy):
                 "stall_updates": self.stall_updates, "stall_margin": self.stall_margin,
                 "power_tolerance": self.power.tolerance,
                 "round_overhead_s": self.power.overhead_s,
-                # only when set: a checkpoint names its policy by this, and those written
+                # only when off: a checkpoint names its policy by this, and those written
                 # before the option existed must still restore
-                **({"loss_step": True} if self.loss_step else {})}
+                **({} if self.loss_step else {"loss_step": False})}

@@ -116,7 +116,7 @@ class Policy:
     name = "policy"
     #: the learning-rate scaling a run of this policy applies unless told otherwise
     #: (`ksync.lr_scaling.resolve`): none for a fixed rule, whose rate the user tunes
-    #: (none for `Adaptive` either: the user guide says why).
+    #: (`Adaptive` sets "power": it chooses the update, so it chooses the step).
     lr_scaling = None
     #: updates between two calls of `observe` (0: never observed).
     refresh_every = 0

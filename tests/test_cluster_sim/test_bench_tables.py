@@ -64,3 +64,32 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
     replaced = capsys.readouterr().out
     assert "replace the first command's" in replaced
     assert replaced.split("## tiny")[1] == page.split("## tiny")[1]  # the same runs again
+    # An arm run alone is added onto the committed store itself (its runs directory
+    # gone): it joins the store's arms, every other run kept.
+    import shutil
+    shutil.rmtree(out)
+    before = {k: r for k, r in ((json.dumps(r, sort_keys=True), r) for r in rows)}
+    alone = tmp_path / "alone"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--workers", "4", "--arms", "adaptive+unscaled",
+                 "--tuned-from", str(store), "--seeds", "1", "--max-pushes", "120",
+                 "--out", str(alone)]) == 0
+    capsys.readouterr()
+    assert main(["bench", "tables", str(store), "--add-runs", str(alone)]) == 0
+    added = capsys.readouterr().out
+    now = [json.loads(line) for line in next(store.glob("*_sim4.jsonl")).read_text().splitlines()]
+    assert {json.dumps(r, sort_keys=True) for r in now} >= set(before)
+    assert [r["policy"] for r in now if r["family"] == "adaptive+unscaled"] == [
+        "Adaptive unscaled"]
+    assert "Adaptive unscaled" in added and "adaptive+unscaled" in json.loads(
+        (store / "meta.json").read_text())["arms"]
+    # Runs made under other conditions (here a push limit) are refused, nothing written.
+    other = tmp_path / "other"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--workers", "4", "--arms", "adaptive", "--tuned-from",
+                 str(store), "--seeds", "1", "--max-pushes", "200", "--out", str(other)]) == 0
+    capsys.readouterr()
+    kept = (store / "meta.json").read_text()
+    assert main(["bench", "tables", str(store), "--add-runs", str(other)]) == 2
+    assert "max_pushes 120 against 200" in capsys.readouterr().err
+    assert (store / "meta.json").read_text() == kept

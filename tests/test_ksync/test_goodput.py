@@ -460,8 +460,8 @@ def test_a_rising_or_non_finite_loss_halves_the_step_once_per_rise():
     assert nan.policy_rule.lr_factor == adaptive.STEP_BACKOFF
     assert "not finite" in nan.history[-1][2]
     # The same losses move nothing without the option or without a scaling to scale.
-    for controller in (_run_losses(ksync.Adaptive(), risen, scaling="power"),
-                       _run_losses(ksync.Adaptive(loss_step=True), risen)):
+    for controller in (_run_losses(ksync.Adaptive(loss_step=False), risen, scaling="power"),
+                       _run_losses(ksync.Adaptive(), risen)):
         assert all(rule.lr_factor == 1.0 for _, rule, _ in controller.history)
     with pytest.raises(ValueError, match="loss_step must be True"):
         ksync.Adaptive(loss_step="yes")
@@ -503,6 +503,7 @@ def test_the_step_factor_survives_a_checkpoint_and_older_ones_restore():
     older = ksync.RuleController(ksync.Adaptive(loss_step=True), 8, lr_scaling="power")
     older.set_state(state)
     assert older.policy_rule.lr_factor == 1.0
-    # A checkpoint names its policy by repr: without the option it reads as before.
+    # A checkpoint names its policy by repr: with the option on (the default) it reads
+    # as before the option existed.
     assert "loss_step" not in repr(ksync.Adaptive())
-    assert "loss_step=True" in repr(ksync.Adaptive(loss_step=True))
+    assert "loss_step=False" in repr(ksync.Adaptive(loss_step=False))

@@ -144,12 +144,12 @@ def test_the_reference_state_commits_with_lr_times_the_gain():
 
 
 def test_a_run_scales_as_its_policy_says_unless_told():
-    assert lr_scaling.resolve("auto", ksync.Adaptive()) is None
+    assert lr_scaling.resolve("auto", ksync.Adaptive()) == "power"
     assert lr_scaling.resolve("auto", ksync.KAsync(k=2)) is None
     assert lr_scaling.resolve(None, ksync.Adaptive()) is None
     # "auto" by default, as on the strategy's PS: the policy's own.
     config = SimConfig(num_workers=2, max_pushes=4)
-    assert Simulation(ksync.Adaptive(), config).scaling is None
+    assert Simulation(ksync.Adaptive(), config).scaling.mode == "power"
     assert Simulation(ksync.BSP(), config).scaling is None
     on = SimConfig(num_workers=2, max_pushes=4, lr_scaling="adascale")
     assert Simulation(ksync.Adaptive(), on).scaling.mode == "adascale"
@@ -257,22 +257,25 @@ def test_adaptive_models_the_scaling_its_run_applies_once_the_noise_is_measured(
     assert all(f.gain == 1.0 for f in policy.forecasts(unmeasured, scaled))
 
 
-def test_the_arms_run_adaptive_unscaled_or_with_the_power_or_adascale_gain(data):
-    """``adaptive`` in the benchmark is the product's default (the rate as given),
-    ``adaptive+power`` and ``adaptive+adascale`` the PS's opt-in gains."""
+def test_the_arms_run_adaptive_at_its_default_gain_and_its_ablations(data):
+    """``adaptive`` in the benchmark is the product's default (the power gain with the
+    loss's factor), ``adaptive+power`` the gain without the factor,
+    ``adaptive+adascale`` AdaScale's gain, ``adaptive+unscaled`` the rate as given."""
     from cluster_sim.cli.bench_matrix import simulate_arm
     from cluster_sim.harness.arms import CONTENDERS
     from cluster_sim.harness.config import RunConfig
     config = SimConfig(num_workers=8, max_pushes=8 * 120, eval_every=80,
                        stop_at_target=False, speeds=(1.0,), learning_rate=0.02)
     runs = {name: simulate_arm(CONTENDERS[name].arm(), config, data, RunConfig())
-            for name in ("adaptive", "adaptive+adascale", "adaptive+power")}
+            for name in ("adaptive", "adaptive+power", "adaptive+adascale", "adaptive+unscaled")}
     assert [r["policy"] for r in runs.values()] == [
-        "Adaptive", "Adaptive+AdaScale", "Adaptive+power"]
+        "Adaptive", "Adaptive+power", "Adaptive+AdaScale", "Adaptive unscaled"]
     # Progress in base steps is counted only where the PS scales.
-    for name in ("adaptive+power", "adaptive+adascale"):
+    for name in ("adaptive", "adaptive+power", "adaptive+adascale"):
         assert runs[name]["curve"][-1]["progress"] > 0 and "lr_gain" in runs[name]["curve"][-1]
-    assert all("lr_gain" not in point for point in runs["adaptive"]["curve"])
+    assert all("lr_gain" not in point for point in runs["adaptive+unscaled"]["curve"])
+    # The default and the gain alone are the same run until the loss moves the factor.
+    assert runs["adaptive"]["curve"][:3] == runs["adaptive+power"]["curve"][:3]
 
 
 # -- "power": the measured scaling law, fresh samples only, and its goodput model --------
