@@ -181,6 +181,22 @@ def _tuned_from(directory, name, n, families, real) -> dict:
     return tuned_from(directory, name, n, families, real=real)
 
 
+def _source_reference(directory, name, n):
+    """``--tuned-from``'s reference run of ``name`` on ``n`` workers, ``(seconds, how)``
+    (`bench_tables.store_reference`), or None where it places no events. ValueError
+    for a runs directory: measured again here, at the scenario's rate, it would place
+    the events elsewhere than the runs the settings were tuned on."""
+    directory = pathlib.Path(directory)
+    if (directory / "meta.json").exists() and not (directory / "results.json").exists():
+        return bench_tables.store_reference(directory, name, n)
+    if (directory / f"{name.replace('/', '_')}_sim{n}_reference_runs").exists():
+        raise ValueError(f"--tuned-from {str(directory)!r} placed {name}'s events by its own "
+                         "reference run: give --event-reference SECONDS (its table says "
+                         "\"Events at fractions of a reference run of S s\"), or --tuned-from "
+                         "its compact store (bench tables --from-runs)")
+    return None
+
+
 def run(args) -> int:
     from cluster_sim.cli import prepare_tensorflow
     log = lambda text: print(text, flush=True)
@@ -284,9 +300,11 @@ def _open_sim_stores(args, plan, costs, out, log) -> list[_Cell]:
 
             def reference(bare):
                 # Events and the budget share one reference: measured once per cell
-                # (both calls below come before the loop moves on).
+                # (both calls below come before the loop moves on); --tuned-from a
+                # store: the store's own, so its cluster is the one raced there.
                 if not measured:
-                    measured["it"] = events_reference(
+                    measured["it"] = (_source_reference(args.tuned_from, name, n)
+                                      if args.tuned_from else None) or events_reference(
                         bare, n, out / f"{store_dir.name[:-5]}_reference_runs", conditions,
                         config, run_config, data, plan.lr_grid, plan.tune_seeds, args, log)
                 return measured["it"]

@@ -60,7 +60,7 @@ from cluster_sim.report.tables import format_interval, markdown_table_rows
 from ksync.learning_rate import LearningRate
 
 __all__ = ["compact_run", "export", "race_page", "read_store", "store_arms",
-           "tuned_specs", "store_tuned", "add_arguments", "run"]
+           "tuned_specs", "store_tuned", "store_reference", "add_arguments", "run"]
 
 META = "meta.json"
 #: Where the committed compact stores live.
@@ -198,7 +198,18 @@ def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list
                     continue  # a line cut short by a killed bench
                 row = compact_run(run, spec.get(run["policy"], run["policy"]), wanted)
                 new[row["policy"], row["seed"]] = row
-            merged[key] = {**merged.get(key, {}), **new}
+            # The simulator is deterministic: a run of the same arm, setting and seed
+            # that comes out otherwise was made on another cluster or simulator, and
+            # the store's other runs would no longer pair with it by seed.
+            had = merged.get(key, {})
+            changed = sorted(k for k, r in new.items() if k in had and had[k]["tta"] != r["tta"])
+            if changed:
+                (policy, seed), *_ = changed
+                raise ValueError(f"{path}: {policy} on seed {seed} took {new[policy, seed]['tta']} "
+                                 f"there and {had[policy, seed]['tta']} in {store_dir / key} "
+                                 f"({len(changed)} such runs): the scenario or the simulator "
+                                 "changed since the store was made; re-make the store")
+            merged[key] = {**had, **new}
     written = []
     store_dir.mkdir(parents=True, exist_ok=True)
     for key, rows in merged.items():
@@ -309,6 +320,33 @@ def tuned_specs(meta: dict, key: str, rows: list) -> dict:
     arms, _, choices = _choices(meta, key, rows)
     by_label = {a.arm.label: a for a in arms}
     return {family: by_label[label].spec for family, label in choices.items()}
+
+
+def store_reference(store_dir, scenario: str, num_workers: int):
+    """``(seconds, how)`` of the reference run the compact store's ``scenario`` on
+    ``num_workers`` workers placed its fraction events and time budget by
+    (`cluster_sim.cli.event_reference`): tuned BSP's median time to target without those
+    events on the tuning seeds, chosen from its ``_reference`` runs as the bench chose;
+    None when the store holds none (a scenario without fraction events). A bench
+    ``--tuned-from`` the store runs on the same cluster by it.
+
+    >>> seconds, how = store_reference(RESULTS / "race_sim8_pc", "pause", 8)
+    >>> round(seconds, 1), how.split(" (")[0]
+    (293.1, 'BSP @lr=0.08')
+    """
+    meta, rows = read_store(store_dir)
+    key = f"{scenario.replace('/', '_')}_sim{num_workers}{REFERENCE}"
+    if key not in rows:
+        return None
+    from cluster_sim.cli.event_reference import reference_seconds
+    _, _, choices = _choices(meta, key, rows[key])
+    seeds = list(meta["tune_seeds"])
+    own = meta["stores"][key]["own"]
+    runs = [{"seed": r["seed"], "tta_s": r["tta"].get(own)} for r in rows[key]
+            if r["policy"] == choices["bsp"] and r["seed"] in seeds]
+    return reference_seconds(runs, seeds), (
+        f"{choices['bsp']} (tuned BSP's median time to target without fraction events "
+        f"on seeds {seeds_text(seeds)}, the reference of {_shown(pathlib.Path(store_dir))})")
 
 
 def store_tuned(store_dir, scenario: str, num_workers: int, families) -> dict:

@@ -107,6 +107,24 @@ def test_the_bench_places_the_events_at_tuned_bsps_time_on_the_tuning_seeds(tmp_
     assert f"w2 pause at {0.2 * median:g}s" in row["events"]  # the stores state the seconds
     assert f"reference run of {median:g} s" in (out / "bench.md").read_text()
     capsys.readouterr()
+    # A bench --tuned-from the compact store places them by the store's reference (one
+    # measured again at the scenario's rate would move them); from the runs directory,
+    # which keeps no choice of its reference, it asks for the seconds.
+    from cluster_sim.cli import bench_tables
+    bench_tables.export(out, tmp_path / "store")
+    again = tmp_path / "again"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario", str(path),
+                 "--arms", "bsp", "--seeds", "1", "--tuned-from", str(tmp_path / "store"),
+                 "--workers", "4", "--out", str(again)]) == 0
+    capsys.readouterr()
+    (placed,) = json.loads((again / "results.json").read_text())["scenarios"].values()
+    assert placed["events"].split(": ", 1)[1] == row["events"].split(": ", 1)[1]
+    assert f"reference run of {median:g} s ({best} (tuned BSP's median" in (
+        again / "bench.md").read_text()
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario", str(path),
+                 "--arms", "bsp", "--seeds", "1", "--tuned-from", str(out), "--workers", "4",
+                 "--out", str(tmp_path / "from_runs")]) == 2
+    assert "give --event-reference SECONDS" in capsys.readouterr().err
     # Real runs take the reference from the command, before any cluster starts.
     assert main(["bench", "policies", "--scenario", str(path), "--arms", "bsp",
                  "--out", str(tmp_path / "real")]) == 2

@@ -197,12 +197,14 @@ def test_linear_bsp_equals_one_process_at_the_scaled_rate(cluster, name):
 def test_adaptive_scales_by_adascale_and_shows_it(cluster, record_property):
     """Adaptive with AdaScale (an opt-in) at each commit; telemetry, explain and History
     show the gain, the rate applied and the progress; the optimizer's variable keeps the
-    user's rate. By default (Adaptive and the fixed rules): no scaling."""
+    user's rate. By default: the power gain under Adaptive, no scaling for a fixed rule."""
     import tf_keras as keras
     from strategies import KSyncStrategy, KSyncTelemetryCallback
     from test_drop_in import DATA, check_counters, mlp_model
     default = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive())
-    assert default.lr_scaling is None and default.controller.lr_scaling is None
+    assert default.lr_scaling == "power" and default.controller.lr_scaling == "power"
+    unscaled = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive(), lr_scaling=None)
+    assert unscaled.lr_scaling is None and unscaled.controller.lr_scaling is None
     strategy = KSyncStrategy(cluster.resolver(), policy=ksync.Adaptive(refresh_every=10),
                              lr_scaling="adascale")
     assert strategy.lr_scaling == "adascale"
