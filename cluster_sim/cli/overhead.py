@@ -43,7 +43,7 @@ from cluster_sim.report.stats import paired_ratio_ci
 from cluster_sim.report.tables import text_table
 
 #: configuration -> (policy name or None for the stock strategy, batch allocation,
-#: learning-rate scaling: "auto" is the policy's own)
+#: learning-rate scaling: "auto" is the policy's own, "power" for Adaptive)
 CONFIGS = {
     "stock": (None, False, "auto"),
     "asp": ("asp", False, "auto"),
@@ -54,7 +54,7 @@ CONFIGS = {
     # the cost of scaling the learning rate at the commit, against the same rule without
     "bsp+linear": ("bsp", False, "linear"),
     "adaptive+adascale": ("adaptive", False, "adascale"),
-    "adaptive+power": ("adaptive", False, "power"),
+    "adaptive+unscaled": ("adaptive", False, None),
     # The same rule with a Keras 3 model (strategies.keras3_fit) instead of tf_keras.
     "asp-keras3": ("asp", False, "auto"),
     "bsp-keras3": ("bsp", False, "auto"),
