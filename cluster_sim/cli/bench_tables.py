@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,9 @@ def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list
             meta["replaced_by"].append(bench["meta"]["argv"])
             # An arm run alone joins the store's arms (its rows are labelled by them).
             meta["arms"] += [a for a in bench["meta"]["arms"] if a not in meta["arms"]]
+        argv = bench["meta"]["argv"]
+        asked = {re.split("[=@]", a)[0] for a in (argv[argv.index("--arms") + 1].split(",")
+                                                   if "--arms" in argv else ())}
         for path in sorted(runs_dir.glob("*_sim*_runs")):
             key = path.name[:-len("_runs")]
             if not (path / "runs.jsonl").exists():
@@ -198,15 +202,20 @@ def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list
                     continue  # a line cut short by a killed bench
                 row = compact_run(run, spec.get(run["policy"], run["policy"]), wanted)
                 new[row["policy"], row["seed"]] = row
-            # The simulator is deterministic: a run of the same arm, setting and seed
-            # that comes out otherwise was made on another cluster or simulator, and
-            # the store's other runs would no longer pair with it by seed.
+            # The simulator is deterministic: a run the bench made beside the arms it
+            # was asked for (the baseline BSP) that comes out otherwise than the same
+            # arm, setting and seed before was made on another cluster or simulator,
+            # and the store's other runs would no longer pair with the new ones by seed.
             had = merged.get(key, {})
-            changed = sorted(k for k, r in new.items() if k in had and had[k]["tta"] != r["tta"])
+            outcome = lambda r: (r["tta"], r["final_loss"], r["updates"])
+            changed = sorted(k for k, r in new.items() if k in had and r["family"] not in asked
+                             and outcome(had[k]) != outcome(r))
             if changed:
                 (policy, seed), *_ = changed
-                raise ValueError(f"{path}: {policy} on seed {seed} took {new[policy, seed]['tta']} "
-                                 f"there and {had[policy, seed]['tta']} in {store_dir / key} "
+                raise ValueError(f"{path}: {policy} on seed {seed} ended at {new[policy, seed]['tta']} "
+                                 f"s to target, loss {new[policy, seed]['final_loss']:.6g} there "
+                                 f"and {had[policy, seed]['tta']}, "
+                                 f"{had[policy, seed]['final_loss']:.6g} in {store_dir / key} "
                                  f"({len(changed)} such runs): the scenario or the simulator "
                                  "changed since the store was made; re-make the store")
             merged[key] = {**had, **new}

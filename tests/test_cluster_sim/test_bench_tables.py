@@ -93,3 +93,14 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
     assert main(["bench", "tables", str(store), "--add-runs", str(other)]) == 2
     assert "max_pushes 120 against 200" in capsys.readouterr().err
     assert (store / "meta.json").read_text() == kept
+    # So are runs on another cluster under the same name: the baseline BSP the bench
+    # runs beside the asked arm comes out otherwise, and would not pair by seed.
+    scenario.write_text(TINY + '[[events]]\naction = "kill"\nworker = 1\nat_s = 0.01\n')
+    moved = tmp_path / "moved"
+    assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
+                 str(scenario), "--workers", "4", "--arms", "adaptive", "--tuned-from",
+                 str(store), "--seeds", "1", "--max-pushes", "120", "--out", str(moved)]) == 0
+    capsys.readouterr()
+    assert main(["bench", "tables", str(store), "--add-runs", str(moved)]) == 2
+    assert "changed since the store was made" in capsys.readouterr().err
+    assert (store / "meta.json").read_text() == kept
