@@ -208,7 +208,8 @@ class Adaptive(Policy):
         noise scale is measured. Before, the PS's AdaScale gain is still warming up from
         1 (`ksync.lr_scaling.WARMUP_ROUNDS` is `ksync.noise.MIN_NOISE_ROUNDS`), and the
         model without scaling holds."""
-        scaling = context.lr_scaling if context is not None and measured else None
+        scaling = context.lr_scaling if context is not None and (
+            measured or context.lr_scaling == "power") else None
         base = context.base_batch if context is not None else None
         return dict(tolerance=self.staleness_tolerance, momentum=self.momentum,
                     halving=self.gradients_halving, scaling=scaling, base_batch=base,
@@ -243,7 +244,8 @@ class Adaptive(Policy):
         # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
         # every worker in the model); 1 under a waiting rule, which shows none.
         exposure = 1.0
-        if times and not context.rule.wait and observation.staleness_mean is not None:
+        if (times and not context.rule.wait and observation.staleness_mean is not None
+                and measured is not None):
             unbounded = dataclasses.replace(context.rule, max_staleness=None)
             whole = goodput.forecast(unbounded, times, batches, simple,
                                      **self._model(context, measured is not None)).staleness

@@ -189,9 +189,14 @@ def test_measured_staleness_below_the_whole_step_prediction_is_read_as_exposure(
     times = [0.1] * 8
     rule = Rule(k=2, wait=False, max_staleness=8)
     observation = ksync.Observation(version=20, iteration_times=tuple(times),
-                                    live_workers=tuple(range(8)), staleness_mean=0.35)
+                                    live_workers=tuple(range(8)), staleness_mean=0.35,
+                                    noise_scale=100.0)
     context = ksync.Context(num_workers=8, rule=rule)
     assert policy.exposure(observation, context) == pytest.approx(0.1)
+    # Before the noise scale is measured (the run's first rounds, whose staleness is
+    # below its steady state: every worker's first push is fresh) a whole step.
+    startup = dataclasses.replace(observation, noise_scale=None)
+    assert policy.exposure(startup, context) == 1.0
     context = ksync.Context(num_workers=8, rule=ksync.BSP().rule(8))
     assert policy.exposure(observation, context) == 1.0   # BSP shows no staleness
 
