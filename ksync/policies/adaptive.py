@@ -204,10 +204,11 @@ class Adaptive(Policy):
 
     def _model(self, context=None, measured: bool = True) -> dict:
         """The goodput model's parameters, as `goodput.forecast` and `goodput.rank` take
-        them, with the run's learning-rate scaling and base batch (``context``) once the
-        noise scale is measured. Before, the PS's AdaScale gain is still warming up from
-        1 (`ksync.lr_scaling.WARMUP_ROUNDS` is `ksync.noise.MIN_NOISE_ROUNDS`), and the
-        model without scaling holds."""
+        them, with the run's learning-rate scaling and base batch (``context``): under
+        "power" from the first decision (the PS applies that gain from the first
+        commit), under the other scalings once the noise scale is measured (before, the
+        PS's AdaScale gain is still warming up from 1: `ksync.lr_scaling.WARMUP_ROUNDS`
+        is `ksync.noise.MIN_NOISE_ROUNDS`), the model without scaling until then."""
         scaling = context.lr_scaling if context is not None and (
             measured or context.lr_scaling == "power") else None
         base = context.base_batch if context is not None else None
@@ -242,7 +243,10 @@ class Adaptive(Policy):
             _assumed_noise_scale(usual_batch, len(batches)))
         # Exposure: the staleness measured under the current rule against the staleness
         # predicted for whole steps (unbounded: with whole steps exposed a bound may drop
-        # every worker in the model); 1 under a waiting rule, which shows none.
+        # every worker in the model); 1 under a waiting rule, which shows none, and until
+        # the noise scale is measured: the first rounds' staleness is below its steady
+        # state (every worker's first push is fresh), which flattered small asynchronous
+        # updates (0.28 measured at the first decision on 256 equal workers).
         exposure = 1.0
         if (times and not context.rule.wait and observation.staleness_mean is not None
                 and measured is not None):
@@ -258,7 +262,7 @@ class Adaptive(Policy):
         """The fraction of a step between the parameter read and the push, from the
         staleness measured under the current rule against the staleness `forecast`
         predicts for a whole step; 1 (a whole step) under a waiting rule, which shows
-        none."""
+        none, and before the noise scale is measured (the run's first rounds)."""
         return self._inputs(observation, context).exposure
 
     def forecasts(self, observation, context) -> list:
