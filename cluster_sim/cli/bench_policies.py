@@ -176,9 +176,15 @@ def _tuned_from(directory, name, n, families, real) -> dict:
     compact store of `bench tables` (``cluster_sim/results/race_sim8``: the settings its
     tables report, `bench_tables.store_tuned`)."""
     directory = pathlib.Path(directory)
-    if not (directory / "results.json").exists() and (directory / "meta.json").exists():
+    if _is_store(directory):
         return bench_tables.store_tuned(directory, name, n, families)
     return tuned_from(directory, name, n, families, real=real)
+
+
+def _is_store(directory: pathlib.Path) -> bool:
+    """A compact store of `bench tables` (meta.json), not a bench's ``--out`` directory
+    (results.json)."""
+    return (directory / "meta.json").exists() and not (directory / "results.json").exists()
 
 
 def _source_reference(directory, name, n):
@@ -187,9 +193,9 @@ def _source_reference(directory, name, n):
     for a runs directory: measured again here, at the scenario's rate, it would place
     the events elsewhere than the runs the settings were tuned on."""
     directory = pathlib.Path(directory)
-    if (directory / "meta.json").exists() and not (directory / "results.json").exists():
+    if _is_store(directory):
         return bench_tables.store_reference(directory, name, n)
-    if (directory / f"{name.replace('/', '_')}_sim{n}_reference_runs").exists():
+    if (directory / f"{bench_tables.store_key(name, n)}_reference_runs").exists():
         raise ValueError(f"--tuned-from {str(directory)!r} placed {name}'s events by its own "
                          "reference run: give --event-reference SECONDS (its table says "
                          "\"Events at fractions of a reference run of S s\"), or --tuned-from "
@@ -208,7 +214,7 @@ def run(args) -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"argv": command_line(), "seeds": plan.seeds, "tune_seeds": plan.tune_seeds,
-            "arms": [s.text for s in plan.specs], "lr_grid": plan.lr_grid,
+            "arms": [s.text for s in plan.specs], "asked": args.arms, "lr_grid": plan.lr_grid,
             "simulate": bool(args.simulate), "tune_stages": bool(args.tune_stages),
             "target": args.target}
     summary = {"meta": meta, "scenarios": {}}
@@ -293,7 +299,7 @@ def _open_sim_stores(args, plan, costs, out, log) -> list[_Cell]:
                 config = dataclasses.replace(config, input_before_read=True)
             if args.num_ps:
                 config = dataclasses.replace(config, num_ps=args.num_ps)
-            store_dir = out / f"{name.replace('/', '_')}_sim{n}_runs"
+            store_dir = out / f"{bench_tables.store_key(name, n)}_runs"
             conditions = lambda s, c: bench_config.sim_conditions(
                 s, us, run_config, costs, c, bench_config.allocates(plan.specs))
             measured = {}

@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-import re
 import statistics
 import subprocess
 import sys
@@ -57,15 +56,46 @@ import sys
 from cluster_sim.cli import seeds_text
 from cluster_sim.cli.arm_grid import (BASE_ONLY, ORDER, bench_arms, grid_edges, matrix_specs,
                                       per_seed, tuning_choices)
+from cluster_sim.harness.arms import parse_arm_specs
 from cluster_sim.report.tables import format_interval, markdown_table_rows
 from ksync.learning_rate import LearningRate
 
 __all__ = ["compact_run", "export", "race_page", "read_store", "store_arms",
-           "tuned_specs", "store_tuned", "store_reference", "add_arguments", "run"]
+           "tuned_specs", "store_tuned", "store_reference", "store_key", "portable_argv",
+           "add_arguments", "run"]
 
 META = "meta.json"
 #: Where the committed compact stores live.
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"
+
+
+def store_key(scenario: str, num_workers: int) -> str:
+    """The name a store gives ``scenario`` on ``num_workers`` workers (its run store's
+    directory without ``_runs``, its compact file without ``.jsonl``).
+
+    >>> store_key("bench/static", 8)
+    'bench_static_sim8'
+    """
+    return f"{scenario.replace('/', '_')}_sim{num_workers}"
+
+
+def portable_argv(argv) -> list[str]:
+    """``argv`` as a store keeps it: an absolute path inside the repository relative to
+    its top, one outside it (a scratch ``--out``) as ``runs/NAME``, so that a clone
+    names no directory of the machine that made the runs.
+
+    >>> portable_argv(["--out", "/scratch/x2_race", "--tuned-from",
+    ...                str(RESULTS / "race_sim8"), "--seeds", "0-9"])
+    ['--out', 'runs/x2_race', '--tuned-from', 'cluster_sim/results/race_sim8', '--seeds', '0-9']
+    """
+    out = []
+    for arg in argv:
+        path = pathlib.PurePath(arg)
+        if path.is_absolute():
+            shown = _shown(pathlib.Path(arg))
+            arg = shown if not pathlib.PurePath(shown).is_absolute() else f"runs/{path.name}"
+        out.append(arg)
+    return out
 
 
 def _target_key(loss: float) -> str:
@@ -143,6 +173,7 @@ def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list
             meta = {k: bench["meta"][k] for k in ("argv", "seeds", "tune_seeds", "arms",
                                                   "lr_grid", "tune_stages", "target")
                     if k in bench["meta"]}
+            meta["argv"] = portable_argv(meta["argv"])
             # A bench made before its meta said so: --tune-stages in its command.
             meta.setdefault("tune_stages", "--tune-stages" in meta["argv"])
             meta["costs"] = {k: v for k, v in bench["costs"].items() if k != "raw"}
@@ -150,12 +181,15 @@ def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list
             meta["date"] = _git("show", "-s", "--format=%cs", "HEAD")
             meta["stores"], meta["replaced_by"] = {}, []
         else:
-            meta["replaced_by"].append(bench["meta"]["argv"])
+            meta["replaced_by"].append(portable_argv(bench["meta"]["argv"]))
             # An arm run alone joins the store's arms (its rows are labelled by them).
             meta["arms"] += [a for a in bench["meta"]["arms"] if a not in meta["arms"]]
+        # The arms the command asked for (``arms`` adds BSP, the baseline, when absent);
+        # a bench made before it said so: its command line's.
         argv = bench["meta"]["argv"]
-        asked = {re.split("[=@]", a)[0] for a in (argv[argv.index("--arms") + 1].split(",")
-                                                   if "--arms" in argv else ())}
+        asked = bench["meta"].get("asked") or (argv[argv.index("--arms") + 1]
+                                               if "--arms" in argv else "")
+        asked = {spec.name for spec in parse_arm_specs(asked, ORDER)} if asked else set()
         for path in sorted(runs_dir.glob("*_sim*_runs")):
             key = path.name[:-len("_runs")]
             if not (path / "runs.jsonl").exists():
@@ -344,7 +378,7 @@ def store_reference(store_dir, scenario: str, num_workers: int):
     (293.1, 'BSP @lr=0.08')
     """
     meta, rows = read_store(store_dir)
-    key = f"{scenario.replace('/', '_')}_sim{num_workers}{REFERENCE}"
+    key = store_key(scenario, num_workers) + REFERENCE
     if key not in rows:
         return None
     from cluster_sim.cli.event_reference import reference_seconds
@@ -368,7 +402,7 @@ def store_tuned(store_dir, scenario: str, num_workers: int, families) -> dict:
     ['asp@0.04/0.5', 'bsp@0.08']
     """
     meta, rows = read_store(store_dir)
-    key = f"{scenario.replace('/', '_')}_sim{num_workers}"
+    key = store_key(scenario, num_workers)
     if key not in rows:
         raise ValueError(f"--tuned-from {str(store_dir)!r}: no {scenario} on {num_workers} "
                          f"workers in that store (it has {', '.join(sorted(rows))})")

@@ -81,8 +81,11 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
     assert {json.dumps(r, sort_keys=True) for r in now} >= set(before)
     assert [r["policy"] for r in now if r["family"] == "adaptive+unscaled"] == [
         "Adaptive unscaled"]
-    assert "Adaptive unscaled" in added and "adaptive+unscaled" in json.loads(
-        (store / "meta.json").read_text())["arms"]
+    meta = json.loads((store / "meta.json").read_text())
+    assert "Adaptive unscaled" in added and "adaptive+unscaled" in meta["arms"]
+    # The commands it keeps name no directory of this machine.
+    assert not any(arg.startswith("/") for argv in (meta["argv"], *meta["replaced_by"])
+                   for arg in argv)
     # Runs made under other conditions (here a push limit) are refused, nothing written.
     other = tmp_path / "other"
     assert main(["bench", "policies", "--simulate", "--costs", "none", "--scenario",
@@ -102,5 +105,6 @@ def test_a_pruned_race_exports_a_compact_store_and_its_tables(tmp_path, capsys):
                  str(store), "--seeds", "1", "--max-pushes", "120", "--out", str(moved)]) == 0
     capsys.readouterr()
     assert main(["bench", "tables", str(store), "--add-runs", str(moved)]) == 2
-    assert "changed since the store was made" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the baseline that ran beside, not the asked arm
+    assert "changed since the store was made" in err and ": BSP" in err
     assert (store / "meta.json").read_text() == kept
