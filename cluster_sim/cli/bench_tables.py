@@ -98,6 +98,12 @@ def portable_argv(argv) -> list[str]:
     return out
 
 
+def _outcome(run: dict) -> tuple:
+    """What a deterministic simulated run ends at: the same arm, setting and seed on the
+    same cluster and simulator ends at the same."""
+    return run["tta"], run["final_loss"], run["updates"]
+
+
 def _target_key(loss: float) -> str:
     return f"{loss:g}"
 
@@ -241,9 +247,8 @@ def export(runs_dirs, store_dir, targets=None, onto_store: bool = False) -> list
             # arm, setting and seed before was made on another cluster or simulator,
             # and the store's other runs would no longer pair with the new ones by seed.
             had = merged.get(key, {})
-            outcome = lambda r: (r["tta"], r["final_loss"], r["updates"])
             changed = sorted(k for k, r in new.items() if k in had and r["family"] not in asked
-                             and outcome(had[k]) != outcome(r))
+                             and _outcome(had[k]) != _outcome(r))
             if changed:
                 (policy, seed), *_ = changed
                 raise ValueError(f"{path}: {policy} on seed {seed} ended at {new[policy, seed]['tta']} "

@@ -252,7 +252,7 @@ class Adaptive(Policy):
                 and measured is not None):
             unbounded = dataclasses.replace(context.rule, max_staleness=None)
             whole = goodput.forecast(unbounded, times, batches, simple,
-                                     **self._model(context, measured is not None)).staleness
+                                     **self._model(context)).staleness
             if whole > 0:
                 exposure = min(1.0, max(0.05, observation.staleness_mean / whole))
         usual = [observation.iteration_times[w] or t for w, t in zip(live, times)]
