@@ -17,7 +17,6 @@ window (1.0 = nominal speed):
   into ``MIN_SPEED``: it still holds its share of the global batch, so the round waits.
   ``measured`` adds seeded log-normal noise (timing jitter) to what the forecaster
   sees. This package reads no scenario file and imports nothing from ``cluster_sim``.
-* PAI jobs: ``predictor.traces.load_traces`` grouped by job (``pai_speeds``).
 
 Example:
 
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["MIN_SPEED", "machine_usage_speeds", "split_machines", "true_speeds",
-           "measured", "pai_speeds", "regime_sets"]
+           "measured", "regime_sets"]
 
 #: speed of a stopped (paused, killed, fully loaded) worker relative to nominal.
 MIN_SPEED = 0.01
@@ -112,17 +111,6 @@ def true_speeds(speeds) -> np.ndarray:
 def measured(speeds: np.ndarray, noise: float, seed: int = 0) -> np.ndarray:
     """``speeds`` times log-normal noise of standard deviation ``noise`` (per window)."""
     return speeds * np.exp(noise * np.random.default_rng(seed).standard_normal(speeds.shape))
-
-
-def pai_speeds(directory) -> dict[str, np.ndarray]:
-    """Each PAI job of ``directory`` as ``[workers, points]`` (cut to the shortest worker)."""
-    from .checks import clean_series
-    from .traces import load_traces
-
-    jobs: dict[str, list[np.ndarray]] = {}
-    for s in load_traces(directory):
-        jobs.setdefault(s.job, []).append(clean_series(s.speed, s.name))
-    return {job: np.array([x[:min(map(len, xs))] for x in xs]) for job, xs in jobs.items()}
 
 
 def split_machines(machine_usage) -> tuple[dict, dict]:

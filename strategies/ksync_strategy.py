@@ -315,7 +315,7 @@ class KSyncStrategy(ParameterServerStrategyV2):
 
     @property
     def refresh_every(self) -> int:
-        """Steps between two `refresh_rule` calls by the coordinator (0: none due)."""
+        """Steps between two refreshes by the coordinator (`refresh_rule`; 0: none due)."""
         return self.controller.refresh_every
 
     # -- input ----------------------------------------------------------------------------
@@ -455,8 +455,9 @@ class KSyncStrategy(ParameterServerStrategyV2):
         otherwise (the end of an epoch with several steps per scheduled function, a
         custom loop running fewer steps than K).
 
-        Called by the coordinator as training runs (every `refresh_every` steps, when
-        the set of live workers changes, and while workers wait); safe to call from
+        The coordinator refreshes this way as training runs (every `refresh_every`
+        steps, when the set of live workers changes, and while workers wait); call it
+        to refresh at once (e.g. after `report_loss` in a custom loop); safe to call from
         any thread. Returns False if another thread was refreshing (``wait``: waits for
         it instead). Raises `strategies.cluster_guard.ClusterUnavailable` while
         TensorFlow rebuilds the cluster after a worker failure (no remote call then)

@@ -38,14 +38,12 @@ import subprocess
 import sys
 import time
 
-from strategies.launch_control import ChiefWatch, ControlServer, control_address
+from strategies.launch_control import (EXIT_UNREACHABLE, EXIT_USAGE, ChiefWatch, ControlServer,
+                                        control_address)
 from strategies.launch_env import quiet_environment
 from strategies.launch_net import check_port_free, probe, wait_reachable
 from strategies.tf_config import SERVER_JOBS, TFConfig, split_address
 
-EXIT_SERVER_CHIEF_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
 DEFAULT_CHIEF_TIMEOUT_S = 120.0
 DEFAULT_CHECK_TIMEOUT_S = 10.0
 # A ps or worker whose chief script was started without ksync-launch would otherwise

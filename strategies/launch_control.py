@@ -43,6 +43,11 @@ from http.server import BaseHTTPRequestHandler
 
 from strategies.tf_config import TFConfig, split_address
 
+# The launcher's exit codes (`ksync-launch`'s help lists them).
+EXIT_SERVER_CHIEF_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
 #: Default distance of the control port from the chief's TensorFlow port.
 CONTROL_PORT_OFFSET = 1000
 #: Environment variable overriding the control port (must agree on every task).
@@ -254,16 +259,18 @@ class ChiefWatch:
                 why = answer.get("reason") or "training is over"
                 if code == 0:
                     return 0, f"the chief says {why}"
-                return 1, f"the chief says {why} (exit code {code})"
+                return EXIT_SERVER_CHIEF_FAILED, f"the chief says {why} (exit code {code})"
             return None
         if self.last_seen is not None:
             if now - self.last_seen > self.grace_s:
-                return 3, (f"the chief's launcher at {self.address} has been unreachable for "
-                           f"{now - self.last_seen:.0f} s ({self.last_error}) without saying "
-                           "training is over; assuming it died")
+                return EXIT_UNREACHABLE, (
+                    f"the chief's launcher at {self.address} has been unreachable for "
+                    f"{now - self.last_seen:.0f} s ({self.last_error}) without saying "
+                    "training is over; assuming it died")
         elif self.timeout_s is not None and now - self.started > self.timeout_s:
-            return 3, (f"the chief's launcher at {self.address} was not reachable within "
-                       f"{self.timeout_s:g} s ({self.last_error}). Start the chief with "
-                       "ksync-launch, check its address in TF_CONFIG, and that "
-                       f"{CONTROL_PORT_ENV} (if set) is the same on every task")
+            return EXIT_UNREACHABLE, (
+                f"the chief's launcher at {self.address} was not reachable within "
+                f"{self.timeout_s:g} s ({self.last_error}). Start the chief with "
+                "ksync-launch, check its address in TF_CONFIG, and that "
+                f"{CONTROL_PORT_ENV} (if set) is the same on every task")
         return None

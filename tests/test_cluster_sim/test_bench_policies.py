@@ -444,23 +444,28 @@ def test_a_simulated_store_resumes_from_another_checkout(tmp_path):
     assert bench_config.sim_conditions(moved, 300.0, run_config, ZERO_COSTS, config) != made[1]
 
 
-@pytest.mark.parametrize("name", ["static", "trace", "colocated"])
-def test_the_committed_real_stores_resume_under_the_command_that_made_them(name, tmp_path):
+@pytest.mark.parametrize("store_name, name", [
+    ("bench_real_static", "static"), ("bench_real_trace", "trace"),
+    ("bench_real_colocated", "colocated"), ("race_real8", "static")])
+def test_the_committed_real_stores_resume_under_the_command_that_made_them(
+        store_name, name, tmp_path):
     """The real-run stores in cluster_sim/results/ open with the conditions their own
-    command (results.json's argv) computes today: the same command resumes them."""
+    command (results.json's argv) computes today: the same command resumes them (with
+    the framework costs it probed, as the bench resumes a probed matrix)."""
     import argparse
     import pathlib
     import shutil
 
     from cluster_sim.cli import bench_config, bench_costs, bench_policies, event_reference
-    from cluster_sim.cli.run_store import RunStore
+    from cluster_sim.cli.run_store import RunStore, saved_conditions
     results = pathlib.Path(__file__).resolve().parents[2] / "cluster_sim/results"
-    store = shutil.copytree(results / f"bench_real_{name}", tmp_path / name)
+    store = shutil.copytree(results / store_name, tmp_path / store_name)
     argv = json.loads((store / "results.json").read_text())["meta"]["argv"]
     parser = argparse.ArgumentParser()
     bench_policies.add_arguments(parser)
     args = parser.parse_args(argv[argv.index("policies") + 1:])
-    costs = bench_costs.costs_from_option(args.costs)
+    costs = (bench_costs.costs_from_option(args.costs)
+             or dict(saved_conditions(store / f"{name}_runs")["costs"]))
     us = bench_costs.us_per_sample(bench_config.load_bench_scenario(name, args), costs,
                                    args, lambda _text: None)
     scenario, _ = event_reference.resolve(bench_config.load_bench_scenario(name, args, us),
@@ -471,8 +476,9 @@ def test_the_committed_real_stores_resume_under_the_command_that_made_them(name,
     made = len((store / f"{name}_runs/runs.jsonl").read_text().splitlines())
     assert len(RunStore(store / f"{name}_runs", conditions)) == made > 0
     # What it guards: other conditions are refused, naming the setting.
-    with pytest.raises(ValueError, match=r"us_per_sample: 3200.0 there, 3300.0 now"):
-        RunStore(store / f"{name}_runs", dict(conditions, us_per_sample=3300.0))
+    us_there = conditions["us_per_sample"]
+    with pytest.raises(ValueError, match=rf"us_per_sample: {us_there} there, 99.0 now"):
+        RunStore(store / f"{name}_runs", dict(conditions, us_per_sample=99.0))
 
 
 def test_the_allocation_period_is_a_condition_only_of_a_matrix_that_allocates():
