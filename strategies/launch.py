@@ -38,8 +38,8 @@ import subprocess
 import sys
 import time
 
-from strategies.launch_control import (EXIT_UNREACHABLE, EXIT_USAGE, ChiefWatch, ControlServer,
-                                        control_address)
+from strategies.launch_control import (EXIT_SERVER_CHIEF_FAILED, EXIT_UNREACHABLE, EXIT_USAGE,
+                                        ChiefWatch, ControlServer, control_address)
 from strategies.launch_env import quiet_environment
 from strategies.launch_net import check_port_free, probe, wait_reachable
 from strategies.tf_config import SERVER_JOBS, TFConfig, split_address
@@ -318,7 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  ksync-launch                            # ps / worker\n"
                "  ksync-launch -- python train.py --epochs 5   # chief\n"
                "  ksync-launch --module pkg.train -- --epochs 5\n"
-               "  ksync-launch --check --timeout 30")
+               "  ksync-launch --check --timeout 30\n\n"
+               f"exit codes: 0 done; {EXIT_SERVER_CHIEF_FAILED} a server whose chief's script "
+               f"failed;\n  {EXIT_USAGE} invalid TF_CONFIG, arguments or port; "
+               f"{EXIT_UNREACHABLE} a task unreachable or the chief lost;\n"
+               "  otherwise the chief's script's own")
     parser.add_argument("--check", action="store_true",
                         help="print the resolved cluster, check every other task answers "
                              "and this task's port is free, then exit")

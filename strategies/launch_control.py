@@ -43,7 +43,7 @@ from http.server import BaseHTTPRequestHandler
 
 from strategies.tf_config import TFConfig, split_address
 
-# The launcher's exit codes (`ksync-launch`'s help lists them).
+# The launcher's exit codes (`ksync-launch --help` lists them).
 EXIT_SERVER_CHIEF_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
