@@ -382,6 +382,30 @@ def _run_real(args, plan, out, meta, summary, log) -> list[str]:
     return sections
 
 
+def resumed_costs(saved: dict) -> dict:
+    """The framework costs a probed real matrix's runs were made with (from its store's
+    saved conditions): a resumed matrix keeps them instead of probing again."""
+    return dict(saved["costs"])
+
+
+def real_conditions(args, name, costs, specs, log):
+    """A real matrix's scenario (its events placed), events note, injected compute per
+    sample, run config and the conditions its run store is keyed on.
+
+    Example:
+
+    >>> scenario, events, us, run_config, conditions = real_conditions(
+    ...     args, "static", costs, matrix_specs("bsp,adaptive"), print)  # doctest: +SKIP
+    """
+    us = bench_costs.us_per_sample(bench_config.load_bench_scenario(name, args), costs,
+                                   args, log)
+    scenario, events = event_reference.resolve(
+        bench_config.load_bench_scenario(name, args, us), args.event_reference, None)
+    run_config = bench_config.run_config(scenario, args)
+    return scenario, events, us, run_config, bench_config.conditions(
+        scenario, us, run_config, costs, bench_config.allocates(specs))
+
+
 def _real_section(args, plan, name, scenario, costs, out, meta, summary, deadline, log):
     """One scenario's matrix on a local cluster (its costs probed there unless known or
     resumed, its fixed rules tuned in the simulator with --grid-from-sim), its table
@@ -396,20 +420,16 @@ def _real_section(args, plan, name, scenario, costs, out, meta, summary, deadlin
         raise _Refused(err) from None
     with LocalCluster(num_workers=scenario.num_workers, num_ps=scenario.num_ps) as cluster:
         if before is not None and args.costs == "probe":
-            costs = dict(before["costs"])  # the costs its runs were made with
+            costs = resumed_costs(before)
             log(f"resuming the runs in {store_dir} (with their framework costs)")
         elif costs is None:
             costs = bench_costs.probe_costs(cluster, scenario, args.probe_repeats, log)
         summary["costs"] = costs
-        us = bench_costs.us_per_sample(scenario, costs, args, log)
-        scenario, events = event_reference.resolve(
-            bench_config.load_bench_scenario(name, args, us), args.event_reference, None)
-        run_config = bench_config.run_config(scenario, args)
+        scenario, events, us, run_config, conditions = real_conditions(
+            args, name, costs, plan.specs, log)
         data = load_data(scenario)
         try:
-            store = RunStore(store_dir, bench_config.conditions(
-                scenario, us, run_config, costs, bench_config.allocates(plan.specs)),
-                fresh=args.fresh)
+            store = RunStore(store_dir, conditions, fresh=args.fresh)
         except ValueError as err:
             raise _Refused(err) from None
         n = scenario.num_workers

@@ -457,7 +457,8 @@ def test_the_committed_real_stores_resume_under_the_command_that_made_them(
     import pathlib
     import shutil
 
-    from cluster_sim.cli import bench_config, bench_costs, bench_policies, event_reference
+    from cluster_sim.cli import bench_costs, bench_policies
+    from cluster_sim.cli.arm_grid import matrix_specs
     from cluster_sim.cli.run_store import RunStore, saved_conditions
     results = pathlib.Path(__file__).resolve().parents[2] / "cluster_sim/results"
     store = shutil.copytree(results / store_name, tmp_path / store_name)
@@ -466,14 +467,9 @@ def test_the_committed_real_stores_resume_under_the_command_that_made_them(
     bench_policies.add_arguments(parser)
     args = parser.parse_args(argv[argv.index("policies") + 1:])
     costs = (bench_costs.costs_from_option(args.costs)
-             or dict(saved_conditions(store / f"{name}_runs")["costs"]))
-    us = bench_costs.us_per_sample(bench_config.load_bench_scenario(name, args), costs,
-                                   args, lambda _text: None)
-    scenario, _ = event_reference.resolve(bench_config.load_bench_scenario(name, args, us),
-                                          args.event_reference, None)
-    from cluster_sim.cli.arm_grid import matrix_specs
-    conditions = bench_config.conditions(scenario, us, bench_config.run_config(scenario, args),
-                                         costs, bench_config.allocates(matrix_specs(args.arms)))
+             or bench_policies.resumed_costs(saved_conditions(store / f"{name}_runs")))
+    *_, conditions = bench_policies.real_conditions(args, name, costs,
+                                                    matrix_specs(args.arms), lambda _: None)
     made = len((store / f"{name}_runs/runs.jsonl").read_text().splitlines())
     assert len(RunStore(store / f"{name}_runs", conditions)) == made > 0
     # What it guards: other conditions are refused, naming the setting.
