@@ -447,7 +447,7 @@ def test_a_simulated_store_resumes_from_another_checkout(tmp_path):
 @pytest.mark.parametrize("store_name, name", [
     ("bench_real_static", "static"), ("bench_real_trace", "trace"),
     ("bench_real_colocated", "colocated"), ("race_real8", "static"),
-    ("race_real8_colocated", "colocated")])
+    ("race_real8_colocated", "colocated"), ("race_real8_trace", "trace")])
 def test_the_committed_real_stores_resume_under_the_command_that_made_them(
         store_name, name, tmp_path):
     """The real-run stores in cluster_sim/results/ open with the conditions their own
