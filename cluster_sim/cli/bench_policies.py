@@ -394,8 +394,10 @@ def real_conditions(args, name, costs, specs, log):
 
     Example:
 
-    >>> scenario, events, us, run_config, conditions = real_conditions(
-    ...     args, "static", costs, matrix_specs("bsp,adaptive"), print)  # doctest: +SKIP
+    ```python
+    scenario, events, us, run_config, conditions = real_conditions(
+        args, "static", costs, matrix_specs("bsp,adaptive"), print)
+    ```
     """
     us = bench_costs.us_per_sample(bench_config.load_bench_scenario(name, args), costs,
                                    args, log)
